@@ -1,0 +1,204 @@
+"""The incident graph: triage -> investigate (loop) -> diagnose -> guard -> approval -> act -> report.
+
+Every tool call, read or write, goes through the guard; the policy only
+proposes. Live objects (backend, guard, store, policy) come in as `Deps`, never
+in state, so a checkpoint resumes in another process given the same deps.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from langgraph.graph import END, START, StateGraph
+from langgraph.runtime import Runtime
+from langgraph.types import interrupt
+
+from crashcart.agent.guard import Guard
+from crashcart.agent.policies.base import Policy
+from crashcart.agent.state import ActionRecord, IncidentState, Observation
+from crashcart.agent.store import IncidentStore
+from crashcart.tools import REGISTRY, Backend, ToolCall, ToolError
+
+MAX_ROUNDS = 8
+OUTPUT_EXCERPT = 2000
+
+
+@dataclass
+class Deps:
+    backend: Backend
+    guard: Guard
+    store: IncidentStore
+    policy: Policy
+
+
+def _call_tool(deps: Deps, call: ToolCall) -> tuple[bool, Any, str | None]:
+    try:
+        spec = REGISTRY.get(call.tool)
+        if deps.backend.kind not in spec.backends:
+            raise ToolError(f"{call.tool} is not available on a {deps.backend.kind} cluster")
+        out = deps.backend.run(spec, spec.parse_args(call.args))
+        return True, out, None
+    except ToolError as e:
+        return False, None, str(e)
+
+
+def build_graph(checkpointer: Any = None):
+    """Compile once; each run brings its own Deps as the LangGraph runtime context."""
+
+    def triage(state: IncidentState, runtime: Runtime[Deps]) -> dict[str, Any]:
+        deps = runtime.context
+        return {"status": "investigating", "rounds": 0, "observations": [], "actions": []}
+
+    def investigate(state: IncidentState, runtime: Runtime[Deps]) -> dict[str, Any]:
+        deps = runtime.context
+        if state.get("rounds", 0) >= MAX_ROUNDS:
+            return {"pending": []}
+        calls = deps.policy.next_calls(dict(state), deps.backend.now(), deps.backend.kind)
+        return {"pending": [c.model_dump() for c in calls], "rounds": state.get("rounds", 0) + 1}
+
+    def route_investigation(state: IncidentState) -> Literal["run_tools", "diagnose"]:
+        return "run_tools" if state.get("pending") else "diagnose"
+
+    def run_tools(state: IncidentState, runtime: Runtime[Deps]) -> dict[str, Any]:
+        deps = runtime.context
+        seq = len(state.get("observations") or [])
+        new: list[dict[str, Any]] = []
+        for raw in state.get("pending") or []:
+            call = ToolCall.model_validate(raw)
+            seq += 1
+            try:
+                effect = REGISTRY.get(call.tool).effect
+            except ToolError as e:
+                new.append(Observation(seq=seq, tool=call.tool, args=call.args, ok=False, error=str(e)).model_dump(mode="json"))
+                continue
+            if effect != "read":
+                # Investigation is read-only; a write proposed here waits for the plan.
+                err = f"{call.tool} is a write tool; it can only be planned as a remedy"
+                new.append(Observation(seq=seq, tool=call.tool, args=call.args, ok=False, error=err).model_dump(mode="json"))
+                continue
+            decision = deps.guard.check(call, "read", None, state["incident_id"])
+            if decision.decision != "allow":
+                obs = Observation(seq=seq, tool=call.tool, args=call.args, ok=False, error=decision.reason)
+            else:
+                ok, out, err = _call_tool(deps, call)
+                data = out.model_dump(mode="json") if out is not None else {}
+                obs = Observation(seq=seq, tool=call.tool, args=call.args, ok=ok, text=data.get("text", ""), data=data, error=err)
+            deps.store.record_tool_call(
+                state["incident_id"], call.tool, call.args, "read", obs.ok,
+                output_excerpt=obs.text[:OUTPUT_EXCERPT], error=obs.error, at=deps.backend.now(),
+            )
+            new.append(obs.model_dump(mode="json"))
+        return {"observations": new, "pending": []}
+
+    def diagnose(state: IncidentState, runtime: Runtime[Deps]) -> dict[str, Any]:
+        deps = runtime.context
+        diagnosis, plan = deps.policy.diagnose(dict(state), deps.backend.now())
+        deps.store.update_incident(state["incident_id"], status="diagnosed", diagnosis=diagnosis.model_dump(mode="json"))
+        return {"diagnosis": diagnosis.model_dump(mode="json"), "plan": [c.model_dump() for c in plan]}
+
+    def guard(state: IncidentState, runtime: Runtime[Deps]) -> dict[str, Any]:
+        deps = runtime.context
+        records: list[dict[str, Any]] = []
+        for raw in state.get("plan") or []:
+            call = ToolCall.model_validate(raw)
+            try:
+                spec = REGISTRY.get(call.tool)
+                spec.parse_args(call.args)
+                target = deps.backend.target(call) if spec.effect == "write" else None
+            except ToolError as e:
+                records.append(ActionRecord(tool=call.tool, args=call.args, action_id=call.action_id, decision="deny", reason=str(e), error=str(e)).model_dump(mode="json"))
+                continue
+            d = deps.guard.check(call, spec.effect, target, state["incident_id"])
+            records.append(ActionRecord(tool=call.tool, args=call.args, action_id=call.action_id, decision=d.decision, reason=d.reason, rule=d.rule, escalate_to=d.escalate_to).model_dump(mode="json"))
+        waiting = any(r["decision"] == "needs_approval" for r in records)
+        if waiting:
+            deps.store.update_incident(state["incident_id"], status="awaiting_approval")
+        return {"actions": records, "status": "awaiting_approval" if waiting else state.get("status", "investigating")}
+
+    def route_guard(state: IncidentState) -> Literal["approval", "act"]:
+        return "approval" if any(a["decision"] == "needs_approval" for a in state.get("actions") or []) else "act"
+
+    def approval(state: IncidentState, runtime: Runtime[Deps]) -> dict[str, Any]:
+        deps = runtime.context
+        pending = [a for a in state["actions"] if a["decision"] == "needs_approval"]
+        # Nothing before interrupt() may have side effects: this node re-runs on resume.
+        answer = interrupt({
+            "incident_id": state["incident_id"],
+            "actions": [{"action_id": a["action_id"], "tool": a["tool"], "args": a["args"], "reason": a["reason"]} for a in pending],
+        })
+        verdicts = _verdicts(answer, pending)
+        updated = []
+        for a in state["actions"]:
+            if a["decision"] == "needs_approval" and a["action_id"] in verdicts:
+                approver, approved = verdicts[a["action_id"]]
+                try:
+                    d = deps.guard.approve(a["action_id"], state["incident_id"], approver, approved)
+                    a = {**a, "decision": d.decision, "reason": d.reason, "rule": d.rule}
+                except Exception as e:  # a refused approver keeps the action waiting, with why
+                    a = {**a, "reason": f"approval refused: {e}"}
+            updated.append(a)
+        return {"actions": updated}
+
+    def act(state: IncidentState, runtime: Runtime[Deps]) -> dict[str, Any]:
+        deps = runtime.context
+        recorded = deps.store.get_incident(state["incident_id"])
+        done = {a.action_id for a in recorded.actions} if recorded else set()
+        updated = []
+        for a in state.get("actions") or []:
+            if a["decision"] == "allow" and a["action_id"] not in done and a.get("result") is None:
+                ok, out, err = _call_tool(deps, ToolCall(tool=a["tool"], args=a["args"]))
+                result = out.model_dump(mode="json") if out is not None else None
+                a = {**a, "result": result, "error": err}
+                deps.store.record_action(
+                    state["cluster"], state["incident_id"], a["action_id"], a["tool"], a["args"],
+                    result or {"error": err}, at=deps.backend.now(),
+                )
+            updated.append(a)
+        return {"actions": updated}
+
+    def report(state: IncidentState, runtime: Runtime[Deps]) -> dict[str, Any]:
+        deps = runtime.context
+        status = _final_status(state)
+        deps.store.update_incident(state["incident_id"], status=status)
+        return {"status": status}
+
+    g = StateGraph(IncidentState, context_schema=Deps)
+    for name, fn in [("triage", triage), ("investigate", investigate), ("run_tools", run_tools),
+                     ("diagnose", diagnose), ("guard", guard), ("approval", approval), ("act", act), ("report", report)]:
+        g.add_node(name, fn)
+    g.add_edge(START, "triage")
+    g.add_edge("triage", "investigate")
+    g.add_conditional_edges("investigate", route_investigation)
+    g.add_edge("run_tools", "investigate")
+    g.add_edge("diagnose", "guard")
+    g.add_conditional_edges("guard", route_guard)
+    g.add_edge("approval", "act")
+    g.add_edge("act", "report")
+    g.add_edge("report", END)
+    return g.compile(checkpointer=checkpointer)
+
+
+def _verdicts(answer: Any, pending: list[dict[str, Any]]) -> dict[str, tuple[str, bool]]:
+    """Accept {"approver": A, "approved": bool} for all, or {"decisions": {action_id: {...}}}."""
+    if not isinstance(answer, dict):
+        return {}
+    if "decisions" in answer:
+        return {
+            aid: (str(v.get("approver", "")), bool(v.get("approved")))
+            for aid, v in (answer.get("decisions") or {}).items() if isinstance(v, dict)
+        }
+    return {a["action_id"]: (str(answer.get("approver", "")), bool(answer.get("approved"))) for a in pending}
+
+
+def _final_status(state: IncidentState) -> str:
+    actions = state.get("actions") or []
+    decisions = {a["decision"] for a in actions}
+    if "needs_approval" in decisions:
+        return "awaiting_approval"
+    executed = [a for a in actions if a.get("result")]
+    if any(a["tool"] == "escalate" for a in executed) or any(a.get("escalate_to") for a in actions if a["decision"] == "deny"):
+        return "escalated"
+    if any(a["tool"] in {"resubmit", "node_drain", "cancel_job"} for a in executed):
+        return "remediated"
+    return "closed"

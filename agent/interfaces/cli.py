@@ -1,0 +1,260 @@
+"""The `crashcart` command line (Contract 5). Heavy modules load inside each command."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+app = typer.Typer(
+    add_completion=False, no_args_is_help=True,
+    help="crashcart: an on-call agent for GPU training clusters.",
+)
+guard_app = typer.Typer(help="The guard: its policy and its circuit breaker.", no_args_is_help=True)
+app.add_typer(guard_app, name="guard")
+
+DEFAULT_STATE_DIR = Path(".crashcart")
+
+
+def _console():
+    from rich.console import Console
+
+    return Console()
+
+
+def _fail(message: str, code: int = 2) -> None:
+    _console().print(f"[red]error:[/] {message}", highlight=False)
+    raise typer.Exit(code)
+
+
+@app.command("eval")
+def eval_command(
+    paths: list[str] = typer.Argument(None, help="Scenario files or folders (default: the bundled suite)"),
+    policy: str = typer.Option("playbook", help="playbook | llm"),
+    json_file: Optional[Path] = typer.Option(None, "--json", help="Write the results as JSON here"),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="Only the summary line"),
+) -> None:
+    """Run scenarios through the agent and print a scorecard."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from crashcart.agent.interfaces.scorecard import render_scorecard
+    from crashcart.evals.runner import run_suite
+
+    if policy != "playbook":
+        _fail(f"policy {policy!r} is not available yet (known: playbook)")
+    console = _console()
+    for p in paths or []:
+        if not Path(p).exists():
+            _fail(f"{p}: no such file or folder")
+    with Progress(TextColumn("[bold]eval"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.description}"),
+                  TimeElapsedColumn(), console=console, transient=True, disable=quiet) as progress:
+        task = progress.add_task("", total=None)
+        report = run_suite(
+            paths or None, policy,
+            on_start=lambda n: progress.update(task, total=n),
+            on_result=lambda r: progress.update(task, advance=1, description=r.id),
+        )
+    if quiet:
+        s = report.summary
+        console.print(f"{s.passed}/{s.total} passed ({s.pass_rate:.1%}), {s.violations} forbidden actions, {s.errors} errors")
+    else:
+        render_scorecard(console, report)
+    if json_file:
+        json_file.parent.mkdir(parents=True, exist_ok=True)
+        json_file.write_text(report.model_dump_json(indent=2))
+        console.print(f"results written to {json_file}")
+
+
+@app.command()
+def diagnose(
+    logfiles: list[str] = typer.Argument(..., help="Log files; - reads standard input"),
+    as_json: bool = typer.Option(False, "--json", help="One JSON verdict per line"),
+) -> None:
+    """A verdict from a log alone: family, diagnosis, remedy, evidence."""
+    from crashcart.agent.verdict import LogError, diagnose_text, read_log_bytes
+
+    console = _console()
+    bad = 0
+    for name in logfiles:
+        try:
+            if name == "-":
+                data = sys.stdin.buffer.read()
+            else:
+                data = Path(name).read_bytes()
+            verdict = diagnose_text(read_log_bytes(data, name), source=name)
+        except (OSError, LogError) as e:
+            bad += 1
+            message = str(e) if isinstance(e, LogError) else f"{name}: cannot read ({e.strerror or e})"
+            if as_json:
+                print(json.dumps({"source": name, "error": message}))
+            else:
+                console.print(f"[red]error:[/] {message}", highlight=False)
+            continue
+        if as_json:
+            print(verdict.model_dump_json())
+        else:
+            console.print(f"[bold]{name}[/]: [magenta]{verdict.diagnosis}[/] ({verdict.family}) -> "
+                          f"{verdict.remedy}, confidence {verdict.confidence}", highlight=False)
+            console.print(f"  {verdict.summary}", highlight=False)
+            if verdict.changes:
+                console.print(f"  changes: {verdict.changes}", highlight=False)
+            for line in verdict.evidence[:6]:
+                console.print(f"  | {line}", style="yellow", highlight=False, markup=False)
+    if bad:
+        raise typer.Exit(1)
+
+
+def _scenario_deps(scenario_path: str, mode: Optional[str], guard_file: Optional[Path], store_path: str):
+    from crashcart.agent.guard import PolicyError, load_policy, policy_from_dict
+    from crashcart.agent.policies import make_policy
+    from crashcart.agent.runner import make_deps
+    from crashcart.agent.store import IncidentStore
+    from crashcart.evals.scenario import ScenarioError, load_scenario
+    from crashcart.tools.backends.fixture import FixtureBackend
+
+    try:
+        scenario = load_scenario(scenario_path)
+    except ScenarioError as e:
+        _fail(str(e))
+    try:
+        if guard_file:
+            policy = load_policy(guard_file)
+        elif scenario.guard:
+            policy = policy_from_dict(scenario.guard, source=f"{scenario_path}: guard")
+        else:
+            policy = load_policy(None)
+    except PolicyError as e:
+        _fail(str(e))
+    if mode:
+        policy = policy.model_copy(update={"mode": mode})
+    store = IncidentStore(store_path)
+    backend = FixtureBackend(scenario.cluster, scenario.backend)
+    return scenario, make_deps(backend, make_policy("playbook"), policy, store, cluster=scenario.id)
+
+
+def _checkpointer(path: Path):
+    import sqlite3
+
+    from langgraph.checkpoint.sqlite import SqliteSaver
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return SqliteSaver(sqlite3.connect(str(path), check_same_thread=False))
+
+
+@app.command()
+def investigate(
+    scenario: str = typer.Argument(..., help="A scenario file (a recorded incident)"),
+    mode: Optional[str] = typer.Option(None, help="observe | dry_run | autonomous (overrides the guard file)"),
+    guard: Optional[Path] = typer.Option(None, help="A guard.yaml (default: the scenario's, else the built-in dry-run policy)"),
+    state_dir: Path = typer.Option(DEFAULT_STATE_DIR, help="Where the incident store and checkpoints live"),
+    approver: Optional[str] = typer.Option(None, help="Approve at a prompt as this person when the guard asks"),
+) -> None:
+    """Investigate one incident and print the transcript."""
+    from crashcart.agent.interfaces.transcript import render_incident
+    from crashcart.agent.runner import pending_approval, resume_incident, start_incident
+
+    if mode and mode not in {"observe", "dry_run", "autonomous"}:
+        _fail(f"mode {mode!r}: one of observe, dry_run, autonomous")
+    state_dir.mkdir(parents=True, exist_ok=True)
+    sc, deps = _scenario_deps(scenario, mode, guard, str(state_dir / "incidents.duckdb"))
+    saver = _checkpointer(state_dir / "checkpoints.sqlite")
+    console = _console()
+    run = start_incident(deps, sc.trigger.model_dump(), cluster=sc.id, source=f"scenario:{scenario}", checkpointer=saver)
+    render_incident(console, run.state, title=f"{sc.id}: {sc.title}")
+    if not run.interrupted:
+        return
+    waiting = pending_approval(deps, run.incident_id, saver)
+    console.print(f"[yellow]incident {run.incident_id} waits for approval of {len(waiting)} action(s):[/]")
+    for a in waiting:
+        console.print(f"  {a['action_id']}  {a['tool']} {a['args'].get('node') or a['args'].get('job') or ''}")
+    if approver and sys.stdin.isatty():
+        answer = typer.confirm(f"Approve as {approver}?", default=False)
+        run = resume_incident(deps, run.incident_id, {"approver": approver, "approved": answer}, saver)
+        render_incident(console, run.state, title=f"{sc.id} after approval")
+    else:
+        console.print(f"approve from any terminal: crashcart approve {run.incident_id} --scenario {scenario} "
+                      f"--approver NAME [--reject] --state-dir {state_dir}")
+
+
+@app.command()
+def approve(
+    incident: str = typer.Argument(..., help="The incident id printed by investigate"),
+    scenario: str = typer.Option(..., help="The scenario the incident runs on"),
+    approver: str = typer.Option(..., help="Who approves (must be allowed by the guard policy)"),
+    reject: bool = typer.Option(False, "--reject", help="Reject instead of approving"),
+    mode: Optional[str] = typer.Option(None, help="The mode the incident ran in"),
+    guard: Optional[Path] = typer.Option(None, help="The guard.yaml the incident ran under"),
+    state_dir: Path = typer.Option(DEFAULT_STATE_DIR),
+) -> None:
+    """Approve (or reject) the actions an incident waits on, and let it finish."""
+    from crashcart.agent.interfaces.transcript import render_incident
+    from crashcart.agent.runner import pending_approval, resume_incident
+
+    sc, deps = _scenario_deps(scenario, mode, guard, str(state_dir / "incidents.duckdb"))
+    saver = _checkpointer(state_dir / "checkpoints.sqlite")
+    if not pending_approval(deps, incident, saver):
+        _fail(f"incident {incident} is not waiting for an approval")
+    run = resume_incident(deps, incident, {"approver": approver, "approved": not reject}, saver)
+    render_incident(_console(), run.state, title=f"{incident} after {'rejection' if reject else 'approval'} by {approver}")
+
+
+@app.command()
+def incidents(
+    state_dir: Path = typer.Option(DEFAULT_STATE_DIR),
+    limit: int = typer.Option(20),
+) -> None:
+    """List incidents in the store."""
+    from rich.table import Table
+
+    from crashcart.agent.store import IncidentStore
+
+    path = state_dir / "incidents.duckdb"
+    if not path.exists():
+        _fail(f"{path}: no incident store yet")
+    store = IncidentStore(str(path))
+    table = Table(title="incidents")
+    for col in ("id", "cluster", "status", "diagnosis", "opened"):
+        table.add_column(col)
+    for inc in store.list_incidents(limit=limit):
+        label = (inc.diagnosis or {}).get("label", "") if isinstance(inc.diagnosis, dict) else ""
+        table.add_row(inc.id, inc.cluster, inc.status, label, str(inc.opened_at))
+    _console().print(table)
+
+
+@guard_app.command("reset")
+def guard_reset(
+    cluster: str = typer.Option(..., help="The cluster whose breaker to reset"),
+    person: str = typer.Option(..., help="Who resets it (journaled)"),
+    state_dir: Path = typer.Option(DEFAULT_STATE_DIR),
+) -> None:
+    """Reset a tripped blast-radius breaker (a person's decision, journaled)."""
+    from datetime import datetime, timezone
+
+    from crashcart.agent.store import IncidentStore
+
+    store = IncidentStore(str(state_dir / "incidents.duckdb"))
+    state = store.reset_breaker(cluster, person, datetime.now(timezone.utc))
+    _console().print(f"breaker for {cluster}: tripped={state.tripped} (reset by {person})")
+
+
+@guard_app.command("check")
+def guard_check(path: Path = typer.Argument(..., help="A guard.yaml to validate")) -> None:
+    """Validate a guard policy file."""
+    from crashcart.agent.guard import PolicyError, load_policy
+
+    try:
+        policy = load_policy(path)
+    except PolicyError as e:
+        _fail(str(e))
+    _console().print(f"{path}: ok (mode {policy.mode}, {len(policy.permissions)} permission rules)")
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,48 @@
+"""The eval scorecard: a table by family, one by backend, and the failures."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+BAR_WIDTH = 20
+
+
+def _bar(passed: int, total: int) -> Text:
+    filled = round(BAR_WIDTH * passed / total) if total else 0
+    style = "green" if passed == total else ("yellow" if passed / max(total, 1) >= 0.8 else "red")
+    return Text("█" * filled + "░" * (BAR_WIDTH - filled), style=style)
+
+
+def _table(title: str, rows: dict[str, dict[str, int]]) -> Table:
+    table = Table(title=title)
+    table.add_column(title.split()[-1])
+    table.add_column("passed", justify="right")
+    table.add_column("", no_wrap=True)
+    table.add_column("errors", justify="right")
+    for name, row in rows.items():
+        table.add_row(name, f"{row['passed']}/{row['total']}", _bar(row["passed"], row["total"]),
+                      str(row["errors"]) if row["errors"] else "")
+    return table
+
+
+def render_scorecard(console: Console, report) -> None:
+    s = report.summary
+    console.print(_table("scorecard by family", s.by_family))
+    console.print(_table("scorecard by backend", s.by_backend))
+    if len(s.by_split) > 1:
+        console.print(_table("scorecard by split", s.by_split))
+    failed = [r for r in report.scenarios if not r.passed]
+    if failed:
+        table = Table(title="not passed")
+        for col in ("scenario", "got", "why"):
+            table.add_column(col, overflow="fold")
+        for r in failed:
+            got = r.error or f"{r.diagnosis} / {r.remedy} / {r.root_cause}"
+            table.add_row(r.id, got, "; ".join(r.failures[:4]))
+        console.print(table)
+    style = "bold green" if s.pass_rate >= 0.95 and not s.violations else "bold red"
+    console.print(Text(
+        f"{s.passed}/{s.total} passed ({s.pass_rate:.1%}), {s.violations} forbidden actions, "
+        f"{s.errors} errors, {s.duration_s:.2f} s", style=style))

@@ -1,0 +1,66 @@
+"""Render an incident for a person: each tool call, what it returned, the guard, the verdict."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console, Group
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+DECISION_STYLE = {"allow": "green", "dry_run": "cyan", "needs_approval": "yellow", "deny": "red"}
+MAX_OUTPUT_LINES = 12
+
+
+def _args(args: dict[str, Any]) -> str:
+    shown = {k: v for k, v in args.items() if k not in {"reason", "evidence", "summary"}}
+    return ", ".join(f"{k}={v!r}" for k, v in shown.items())
+
+
+def _trim(text: str, limit: int = MAX_OUTPUT_LINES) -> str:
+    lines = text.rstrip().splitlines()
+    if len(lines) <= limit:
+        return "\n".join(lines)
+    head = lines[: limit // 2]
+    tail = lines[-(limit - len(head)):]
+    return "\n".join(head + [f"   ... {len(lines) - len(head) - len(tail)} more lines ..."] + tail)
+
+
+def render_incident(console: Console, state: dict[str, Any], title: str = "") -> None:
+    console.rule(f"[bold]{title or state.get('incident_id', 'incident')}")
+    trigger = state.get("trigger") or {}
+    console.print(f"[bold]trigger[/] {trigger.get('kind')}"
+                  + "".join(f"  {k}={trigger[k]!r}" for k in ("job", "node", "text") if trigger.get(k)))
+    for obs in state.get("observations") or []:
+        head = Text(f"#{obs['seq']:>2} {obs['tool']}({_args(obs.get('args') or {})})", style="bold blue")
+        body = Text(_trim(obs.get("text") or "") if obs.get("ok") else f"error: {obs.get('error')}",
+                    style="" if obs.get("ok") else "red")
+        console.print(head)
+        if body.plain:
+            console.print(body, style="dim" if obs.get("ok") else None, highlight=False)
+    d = state.get("diagnosis") or {}
+    if d:
+        lines = [
+            Text.assemble(("diagnosis ", "bold"), (f"{d.get('label')}", "bold magenta"),
+                          f"  family={d.get('family')}  root cause={d.get('root_cause')}  "
+                          f"remedy={d.get('remedy')}  confidence={d.get('confidence')}"),
+            Text(d.get("summary") or ""),
+        ]
+        if d.get("evidence"):
+            lines.append(Text("evidence:", style="bold"))
+            lines += [Text(f"  {e}", style="yellow") for e in d["evidence"][:8]]
+        if d.get("candidates"):
+            lines.append(Text(f"also considered: {', '.join(d['candidates'])}", style="dim"))
+        console.print(Panel(Group(*lines), title="diagnosis", border_style="magenta"))
+    actions = state.get("actions") or []
+    if actions:
+        table = Table(title="write actions through the guard", show_lines=False)
+        for col in ("tool", "args", "decision", "why"):
+            table.add_column(col, overflow="fold")
+        for a in actions:
+            style = DECISION_STYLE.get(a["decision"], "")
+            table.add_row(a["tool"], _args(a.get("args") or {}), Text(a["decision"], style=style),
+                          a.get("error") or a.get("reason") or "")
+        console.print(table)
+    console.print(f"[bold]status[/] {state.get('status')}")

@@ -1,0 +1,237 @@
+"""What the investigation has seen so far, indexed for matching playbook signals.
+
+Built from the observations in state (plain dicts), so a policy can be
+rebuilt in another process from a checkpoint and see exactly the same thing.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from crashcart.tools.cluster import GpuSample, ProgressPoint, Checkpoint
+
+FAILED_STATES = {
+    "FAILED", "NODE_FAIL", "OUT_OF_MEMORY", "TIMEOUT", "PREEMPTED", "BOOT_FAIL", "CANCELLED",
+    "DEADLINE", "ERROR", "OOMKILLED", "EVICTED", "STOPPED", "CRASHLOOPBACKOFF",
+}
+RUNNING_STATES = {"RUNNING", "COMPLETING", "CONFIGURING", "ALIVE"}
+
+
+@dataclass
+class TextDoc:
+    source: str
+    entity: str
+    """job:ID, node:NAME or cluster: where a match in this text points."""
+    lines: list[str]
+    call: str
+    """The tool call it came from, as the evidence path names it."""
+    last_time: datetime | None = None
+    """The latest timestamp a line carries (job logs), to tell a silent job from a busy one."""
+
+
+@dataclass
+class JobFacts:
+    job: str
+    name: str | None = None
+    state: str = ""
+    reason: str | None = None
+    exit_code: str | None = None
+    user: str | None = None
+    partition: str | None = None
+    nodes: list[str] = field(default_factory=list)
+    gpus: int = 0
+    start_time: datetime | None = None
+    end_time: datetime | None = None
+    submit_time: datetime | None = None
+    depends_on: list[str] = field(default_factory=list)
+    attempts: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def failed(self) -> bool:
+        return self.state.upper().split()[0] in FAILED_STATES if self.state else False
+
+
+@dataclass
+class Evidence:
+    now: datetime | None
+    trigger: dict[str, Any]
+    docs: list[TextDoc] = field(default_factory=list)
+    jobs: dict[str, JobFacts] = field(default_factory=dict)
+    nodes: dict[str, dict[str, Any]] = field(default_factory=dict)
+    telemetry: dict[str, list[GpuSample]] = field(default_factory=dict)
+    progress: dict[str, tuple[list[ProgressPoint], list[Checkpoint]]] = field(default_factory=dict)
+    configs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    calls: set[str] = field(default_factory=set)
+    """Keys of the calls already made (tool + sorted args), to never repeat one."""
+    history_rows: list[dict[str, Any]] = field(default_factory=list)
+
+    # --- what the incident is about --------------------------------------
+
+    def focus_jobs(self) -> list[str]:
+        """The trigger's job, or the jobs a chat message or node alert points at."""
+        found: list[str] = []
+        if self.trigger.get("job"):
+            found.append(str(self.trigger["job"]))
+        text = self.trigger.get("text") or ""
+        if text and self.jobs:
+            for job_id in self.jobs:
+                if re.search(rf"(?<![\w-]){re.escape(job_id)}(?![\w-])", text) and job_id not in found:
+                    found.append(job_id)
+        return found
+
+    def upstream_jobs(self) -> list[str]:
+        ups: list[str] = []
+        for j in self.focus_jobs():
+            facts = self.jobs.get(j)
+            ups += [u for u in (facts.depends_on if facts else []) if u not in ups]
+        return ups
+
+    def focus_window(self) -> tuple[datetime | None, datetime | None]:
+        """From the first start to the last end among the focus jobs and their attempts."""
+        starts, ends = [], []
+        for j in self.focus_jobs():
+            facts = self.jobs.get(j)
+            if not facts:
+                continue
+            starts += [t for t in [facts.start_time] + [_time(a.get("start_time")) for a in facts.attempts] if t]
+            ends += [t for t in [facts.end_time] + [_time(a.get("end_time")) for a in facts.attempts] if t]
+        return (min(starts) if starts else None), (max(ends) if ends else self.now)
+
+    def relevant_nodes(self) -> list[str]:
+        nodes: list[str] = []
+        if self.trigger.get("node"):
+            nodes.append(self.trigger["node"])
+        for j in self.focus_jobs():
+            facts = self.jobs.get(j)
+            for n in facts.nodes if facts else []:
+                if n not in nodes:
+                    nodes.append(n)
+            for a in facts.attempts if facts else []:
+                for n in a.get("nodes") or []:
+                    if n not in nodes:
+                        nodes.append(n)
+        return nodes
+
+
+def call_key(tool: str, args: dict[str, Any]) -> str:
+    return tool + "(" + ",".join(f"{k}={args[k]}" for k in sorted(args)) + ")"
+
+
+def _entity_of_object(obj: str, known_nodes: dict[str, Any]) -> str:
+    kind, _, rest = obj.partition("/")
+    name = rest.rsplit("/", 1)[-1] if rest else kind
+    if kind.lower() == "node" or name in known_nodes:
+        return f"node:{name}"
+    return f"job:{name}"
+
+
+def _owning_job(name: str, jobs: dict[str, JobFacts]) -> str | None:
+    """The job a Kubernetes object belongs to: pods, RayClusters and Jobs carry its name as a prefix."""
+    best: tuple[int, str] | None = None
+    for facts in jobs.values():
+        for known in {facts.job, facts.name} - {None}:
+            if name == known or name.startswith(f"{known}-"):
+                if best is None or len(known) > best[0]:
+                    best = (len(known), facts.job)
+    return best[1] if best else None
+
+
+def _merge_job(ev: Evidence, row: dict[str, Any], parent: str | None = None) -> None:
+    if row.get("attempt"):
+        # An earlier attempt belongs to the job asked about, whatever its own id.
+        owner = parent or row["job"]
+        facts = ev.jobs.setdefault(owner, JobFacts(job=owner))
+        if not any(a.get("attempt") == row["attempt"] for a in facts.attempts):
+            facts.attempts.append(row)
+        return
+    facts = ev.jobs.setdefault(row["job"], JobFacts(job=row["job"]))
+    for key in ("name", "state", "reason", "exit_code", "user", "partition", "gpus", "depends_on"):
+        if row.get(key) not in (None, "", [], 0):
+            setattr(facts, key, row[key])
+    if row.get("nodes"):
+        facts.nodes = list(row["nodes"])
+    for key in ("start_time", "end_time", "submit_time"):
+        if row.get(key):
+            setattr(facts, key, _time(row[key]))
+
+
+def _time(value: Any) -> datetime | None:
+    if isinstance(value, datetime) or value is None:
+        return value
+    return datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+
+
+def build_evidence(observations: list[dict[str, Any]], trigger: dict[str, Any], now: datetime | None) -> Evidence:
+    ev = Evidence(now=now, trigger=trigger)
+    for obs in observations:
+        tool, args, data = obs["tool"], obs.get("args") or {}, obs.get("data") or {}
+        ev.calls.add(call_key(tool, args))
+        if not obs.get("ok"):
+            continue
+        label = f"{tool}:{args.get('job') or args.get('node') or args.get('name') or args.get('object') or 'cluster'}"
+        if tool == "get_logs":
+            lines = obs["text"].splitlines()
+            ev.docs.append(TextDoc("log", f"job:{args['job']}", lines, label, _last_stamp(lines, now)))
+        elif tool == "kernel_log":
+            ev.docs.append(TextDoc("kernel_log", f"node:{args['node']}", obs["text"].splitlines(), label))
+        elif tool == "kubectl_describe":
+            kind, name = args.get("kind"), args.get("name")
+            entity = f"node:{name}" if kind == "node" else f"job:{name}"
+            ev.docs.append(TextDoc("describe", entity, obs["text"].splitlines(), label))
+            if data.get("job"):
+                _merge_job(ev, data["job"])
+            if data.get("node"):
+                ev.nodes[data["node"]["node"]] = data["node"]
+        elif tool == "kubectl_events":
+            for e in data.get("events") or []:
+                ev.docs.append(TextDoc(
+                    "events", _entity_of_object(e["object"], ev.nodes),
+                    [f"{e.get('type', '')} {e['reason']}: {e.get('message', '')}"], label,
+                ))
+        elif tool == "ray_job_status":
+            if data.get("row"):
+                _merge_job(ev, data["row"])
+            facts = ev.jobs.setdefault(args["job"], JobFacts(job=args["job"]))
+            facts.state = data.get("status") or facts.state
+            ev.docs.append(TextDoc("status_message", f"job:{args['job']}", obs["text"].splitlines(), label))
+        elif tool in {"nvidia_smi_query", "gpu_metrics"}:
+            ev.telemetry.setdefault(args["node"], []).extend(GpuSample.model_validate(g) for g in data.get("gpus") or [])
+            if not data.get("gpus") and obs.get("text"):
+                ev.docs.append(TextDoc("kernel_log", f"node:{args['node']}", obs["text"].splitlines(), label))
+        elif tool == "training_progress":
+            ev.progress[args["job"]] = (
+                [ProgressPoint.model_validate(p) for p in data.get("points") or []],
+                [Checkpoint.model_validate(c) for c in data.get("checkpoints") or []],
+            )
+        elif tool == "job_config":
+            ev.configs[args["job"]] = data.get("config") or {}
+        if "rows" in data and tool in {"sacct", "squeue", "list_jobs", "job_history"}:
+            for row in data["rows"]:
+                _merge_job(ev, row, parent=args.get("job"))
+            if tool == "job_history" and not args.get("job"):
+                ev.history_rows = data["rows"]
+        elif "rows" in data:
+            for row in data["rows"]:
+                ev.nodes[row["node"]] = row
+    for doc in ev.docs:
+        if doc.entity.startswith("job:") and doc.entity[4:] not in ev.jobs:
+            owner = _owning_job(doc.entity[4:], ev.jobs)
+            if owner:
+                doc.entity = f"job:{owner}"
+    return ev
+
+
+def _last_stamp(lines: list[str], now: datetime | None) -> datetime | None:
+    if now is None:
+        return None
+    from crashcart.tools.render import job_log_stamp
+
+    stamp_of = job_log_stamp(now)
+    for line in reversed(lines[-200:]):
+        stamp = stamp_of(line)
+        if stamp is not None:
+            return stamp
+    return None

@@ -1,0 +1,232 @@
+"""Match a playbook label's signals against the evidence seen so far."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from crashcart.agent.policies.evidence import Evidence, RUNNING_STATES
+from crashcart.playbooks._loader import LabelEntry
+from crashcart.playbooks._model import Signal
+
+TEXT_SOURCES = {"log", "kernel_log", "events", "describe", "status_message"}
+MAX_EVIDENCE_LINE = 300
+
+
+@dataclass
+class Hit:
+    signal: int
+    entity: str
+    line: str
+    call: str
+    captures: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class LabelMatch:
+    entry: LabelEntry
+    hits: list[Hit]
+    score: float
+    matched_signals: int
+
+    @property
+    def name(self) -> str:
+        return self.entry.name
+
+    def entities(self, kind: str) -> list[str]:
+        """Entities of one kind the hits point at: most-pointed-at first, then the latest seen."""
+        mine = [h.entity for h in self.hits if h.entity.startswith(kind + ":")]
+        counts = Counter(mine)
+        last_seen = {e: i for i, e in enumerate(mine)}
+        return sorted(counts, key=lambda e: (-counts[e], -last_seen[e]))
+
+
+def _text_hits(idx: int, sig: Signal, pattern, ev: Evidence) -> list[Hit]:
+    hits: list[Hit] = []
+    spans_lines = "\\n" in (sig.pattern or "")
+    for doc in ev.docs:
+        if doc.source != sig.where:
+            continue
+        if spans_lines:
+            m = pattern.search("\n".join(doc.lines))
+            if m:
+                last = m.group(0).rstrip("\n").splitlines()[-1]
+                hits.append(Hit(idx, doc.entity, last.strip()[:MAX_EVIDENCE_LINE], doc.call))
+            continue
+        for line in doc.lines:
+            m = pattern.search(line)
+            if m:
+                caps = {k: v for k, v in m.groupdict().items() if v is not None}
+                hits.append(Hit(idx, doc.entity, line.strip()[:MAX_EVIDENCE_LINE], doc.call, caps))
+                break  # one line per document is evidence enough; more is noise
+    if sig.min_count and len({h.entity for h in hits}) < sig.min_count:
+        return []
+    return hits
+
+
+def _word_matches(sig: Signal, pattern, value: str | None) -> bool:
+    if not value:
+        return False
+    if sig.values and value.upper() in {v.upper() for v in sig.values}:
+        return True
+    return bool(pattern and pattern.search(value))
+
+
+def _telemetry_hits(idx: int, sig: Signal, ev: Evidence) -> list[Hit]:
+    hits = []
+    for node, samples in ev.telemetry.items():
+        for s in samples:
+            ok = all(
+                getattr(s, t.field) is not None
+                and (t.ge is None or getattr(s, t.field) >= t.ge)
+                and (t.le is None or getattr(s, t.field) <= t.le)
+                for t in sig.thresholds
+            )
+            if sig.throttle_any:
+                reasons = " ".join(s.throttle_reasons).lower()
+                ok = ok and any(r.lower() in reasons for r in sig.throttle_any)
+            if ok:
+                desc = ", ".join(
+                    f"{t.field}={getattr(s, t.field)}" for t in sig.thresholds
+                ) or ", ".join(s.throttle_reasons)
+                if sig.throttle_any and sig.thresholds:
+                    desc += " throttle: " + ", ".join(s.throttle_reasons)
+                hits.append(Hit(idx, f"node:{node}", f"{node} GPU {s.index}: {desc}", f"nvidia_smi_query:{node}"))
+                break
+    if sig.min_count and len(hits) < sig.min_count:
+        return []
+    return hits
+
+
+def _stalled_minutes(ev: Evidence, job: str) -> float | None:
+    points, _ = ev.progress.get(job, ([], []))
+    if not points or ev.now is None:
+        return None
+    points = sorted(points, key=lambda p: p.time)
+    last_step = points[-1].step
+    changed_at = points[-1].time
+    for p in reversed(points):
+        if p.step != last_step:
+            break
+        changed_at = p.time
+    return (ev.now - changed_at).total_seconds() / 60
+
+
+def _config_value(config: dict[str, Any], dotted: str) -> Any:
+    node: Any = config
+    for part in dotted.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return None
+        node = node[part]
+    return node
+
+
+def signal_hits(idx: int, sig: Signal, pattern, ev: Evidence) -> list[Hit]:
+    if sig.where in TEXT_SOURCES:
+        return _text_hits(idx, sig, pattern, ev)
+    focus = ev.focus_jobs()
+    hits: list[Hit] = []
+    if sig.where in {"job_state", "job_reason", "exit_code"}:
+        attr = {"job_state": "state", "job_reason": "reason", "exit_code": "exit_code"}[sig.where]
+        for j in focus + ev.upstream_jobs():
+            facts = ev.jobs.get(j)
+            value = getattr(facts, attr) if facts else None
+            if _word_matches(sig, pattern, value):
+                hits.append(Hit(idx, f"job:{j}", f"job {j} {attr}: {value}", f"{sig.where}:{j}"))
+    elif sig.where == "node_state":
+        for n in ev.relevant_nodes():
+            row = ev.nodes.get(n)
+            if not row:
+                continue
+            text = f"{row.get('state', '')} {row.get('reason') or ''}".strip()
+            if _word_matches(sig, pattern, row.get("state")) or (pattern and pattern.search(text)):
+                hits.append(Hit(idx, f"node:{n}", f"node {n}: {text}", f"node_state:{n}"))
+    elif sig.where == "telemetry":
+        return _telemetry_hits(idx, sig, ev)
+    elif sig.where == "progress":
+        for j in focus:
+            facts = ev.jobs.get(j)
+            minutes = _stalled_minutes(ev, j)
+            running = facts is not None and facts.state.upper() in RUNNING_STATES
+            if minutes is not None and running and minutes >= (sig.min_minutes or 30):
+                hits.append(Hit(idx, f"job:{j}", f"job {j}: no new step for {minutes:.0f} min", f"training_progress:{j}"))
+    elif sig.where == "trigger":
+        kind, text = ev.trigger.get("kind", ""), ev.trigger.get("text") or ""
+        if (sig.values and kind in sig.values) or (pattern and pattern.search(text)):
+            hits.append(Hit(idx, "cluster", f"trigger {kind}: {text}".strip(), "trigger"))
+    elif sig.where == "config":
+        for j in focus:
+            value = _config_value(ev.configs.get(j, {}), sig.config_key or "")
+            ok = value is not None and (
+                (sig.config_ge is not None and isinstance(value, (int, float)) and value >= sig.config_ge)
+                or (sig.config_values is not None and value in sig.config_values)
+            )
+            if ok:
+                hits.append(Hit(idx, f"job:{j}", f"job {j} config {sig.config_key}={value}", f"job_config:{j}"))
+    elif sig.where == "log_recent":
+        for doc in ev.docs:
+            if doc.source == "log" and doc.entity in {f"job:{j}" for j in focus} and doc.last_time and ev.now:
+                quiet = (ev.now - doc.last_time).total_seconds() / 60
+                if quiet <= (sig.min_minutes or 10):
+                    hits.append(Hit(idx, doc.entity, f"{doc.entity[4:]}: last log line {quiet:.0f} min ago", doc.call))
+    elif sig.where == "node_labels":
+        for n in ev.relevant_nodes():
+            labels = (ev.nodes.get(n) or {}).get("labels") or {}
+            text = "\n".join(f"{k}={v}" for k, v in labels.items())
+            m = pattern.search(text) if pattern and text else None
+            if m:
+                hits.append(Hit(idx, f"node:{n}", f"node {n} label {m.group(0)}", f"node_labels:{n}"))
+    elif sig.where == "co_failures":
+        hits = _co_failure_hits(idx, sig, ev)
+    elif sig.where == "attempts":
+        for j in focus:
+            facts = ev.jobs.get(j)
+            failed = [a for a in (facts.attempts if facts else []) if str(a.get("state", "")).upper() != "COMPLETED"]
+            if len(failed) + 1 >= (sig.min_count or 2):
+                hits.append(Hit(idx, f"job:{j}", f"job {j}: {len(failed) + 1} failed attempts", f"job_history:{j}"))
+    return hits
+
+
+def _co_failure_hits(idx: int, sig: Signal, ev: Evidence) -> list[Hit]:
+    """Jobs that ended badly on the same node within a window: one cause, many victims."""
+    window = (sig.min_minutes or 10) * 60
+    hits = []
+    for n in ev.relevant_nodes():
+        victims = [
+            f for f in ev.jobs.values()
+            if n in f.nodes and f.failed and f.end_time is not None
+        ]
+        if not victims:
+            continue
+        latest = max(v.end_time for v in victims)
+        together = [v for v in victims if (latest - v.end_time).total_seconds() <= window]
+        if len(together) >= (sig.min_count or 2):
+            ids = ", ".join(sorted(v.job for v in together))
+            hits.append(Hit(idx, f"node:{n}", f"{len(together)} jobs failed on {n} within {window / 60:.0f} min: {ids}", f"list_jobs:{n}"))
+    return hits
+
+
+def match_label(entry: LabelEntry, ev: Evidence) -> LabelMatch | None:
+    hits: list[Hit] = []
+    score = 0.0
+    matched = 0
+    groups: dict[str, bool] = {}
+    for idx, (sig, pattern) in enumerate(zip(entry.label.signals, entry.patterns)):
+        found = signal_hits(idx, sig, pattern, ev)
+        if sig.rules_out:
+            if found:
+                return None
+            continue
+        if sig.group:
+            groups[sig.group] = groups.get(sig.group, False) or bool(found)
+        if not found:
+            if sig.required:
+                return None
+            continue
+        hits += found
+        score += sig.weight
+        matched += 1
+    if not matched or not all(groups.values()):
+        return None
+    return LabelMatch(entry, hits, score, matched)

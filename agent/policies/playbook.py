@@ -1,0 +1,260 @@
+"""The offline, deterministic policy: it executes the playbooks.
+
+It investigates in rounds. Each round it matches every label's signals against
+what it has seen, and asks for the steps the candidate labels name to confirm
+or rule themselves out (the kernel logs of the job's nodes, GPU telemetry,
+earlier attempts, the jobs upstream). When a round asks for nothing new it
+concludes, preferring the cause over the symptom by playbook priority.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from typing import Any
+
+from crashcart.agent.policies.evidence import Evidence, RUNNING_STATES, build_evidence, call_key
+from crashcart.agent.policies.matching import LabelMatch, match_label
+from crashcart.agent.policies.remedy import compute_changes, plan_actions
+from crashcart.agent.state import Diagnosis
+from crashcart.playbooks import KnowledgeBase, load_playbooks
+from crashcart.tools._spec import REGISTRY, ToolCall
+
+MAX_NODES_PER_STEP = 16
+SUSPICIOUS = re.compile(
+    r"\b(error|exception|traceback|fatal|failed|killed|abort|timed? ?out|panic|segfault|nan\b|oom)",
+    re.I,
+)
+HEALTHY = "healthy"
+
+
+class PlaybookPolicy:
+    name = "playbook"
+
+    def __init__(self, kb: KnowledgeBase | None = None, max_tool_calls: int = 40):
+        self.kb = kb or load_playbooks()
+        self.max_tool_calls = max_tool_calls
+
+    # --- investigate ------------------------------------------------------
+
+    def next_calls(self, state: dict[str, Any], now: datetime | None, backend: str) -> list[ToolCall]:
+        observations = state.get("observations") or []
+        ev = build_evidence(observations, state["trigger"], now)
+        budget = self.max_tool_calls - len(observations)
+        if budget <= 0:
+            return []
+        wanted = self._baseline_calls(ev, backend, first=not observations)
+        if observations:
+            for match in self._candidates(ev):
+                wanted += self._steps(match, ev, backend)
+            if not self._candidates(ev) and self._failed_focus(ev):
+                wanted += self._sweep(ev, backend)
+        fresh: list[ToolCall] = []
+        for call in wanted:
+            key = call_key(call.tool, call.args)
+            if key in ev.calls or any(call_key(c.tool, c.args) == key for c in fresh):
+                continue
+            if backend not in REGISTRY.get(call.tool).backends:
+                continue
+            fresh.append(call)
+        return fresh[:budget]
+
+    def _baseline_calls(self, ev: Evidence, backend: str, first: bool) -> list[ToolCall]:
+        """What any on-call engineer looks at first for this kind of trigger."""
+        t = ev.trigger
+        calls: list[ToolCall] = []
+        if t["kind"] == "capacity_review":
+            calls.append(ToolCall(tool="job_history", args={"days": 30}))
+            calls.append(self._node_listing(backend, {}))
+            return calls
+        if t["kind"] == "chat" or (t["kind"] == "node_alert" and not t.get("job")):
+            calls.append(ToolCall(tool="list_jobs", args={}))
+        if t.get("node"):
+            node = t["node"]
+            calls += [
+                ToolCall(tool="kernel_log", args={"node": node}),
+                ToolCall(tool="nvidia_smi_query", args={"node": node}),
+                self._node_listing(backend, {"node": node}),
+            ]
+        for job in ev.focus_jobs():
+            calls += self._job_calls(job, ev, backend)
+        for job in ev.upstream_jobs():
+            calls += self._job_calls(job, ev, backend, upstream=True)
+        if t["kind"] == "job_stalled":
+            # A slow or silent job: the first suspect is a GPU dragging every rank.
+            calls += [ToolCall(tool="nvidia_smi_query", args={"node": n}) for n in ev.relevant_nodes()[:MAX_NODES_PER_STEP]]
+        return calls
+
+    def _job_calls(self, job: str, ev: Evidence, backend: str, upstream: bool = False) -> list[ToolCall]:
+        pending = ev.trigger["kind"] == "job_pending" and not upstream
+        if backend == "slurm":
+            calls = [ToolCall(tool="sacct", args={"job": job})]
+        elif backend == "kubernetes":
+            calls = [ToolCall(tool="kubectl_describe", args={"kind": "pod", "name": job})]
+        else:
+            calls = [ToolCall(tool="ray_job_status", args={"job": job})]
+        facts = ev.jobs.get(job)
+        if backend != "slurm" and not upstream:
+            calls.append(ToolCall(tool="kubectl_events", args={"object": job}))
+            if facts and facts.name and facts.name != job:
+                # Kubernetes objects (a RayJob, its pods) carry the job's name, not its id.
+                calls.append(ToolCall(tool="kubectl_events", args={"object": facts.name}))
+        never_ran = pending or (facts is not None and facts.state.upper() == "PENDING")
+        if not never_ran:
+            calls.append(ToolCall(tool="get_logs", args={"job": job}))
+        if ev.trigger["kind"] == "job_stalled" and not upstream:
+            calls.append(ToolCall(tool="training_progress", args={"job": job}))
+        return calls
+
+    def _node_listing(self, backend: str, args: dict[str, Any]) -> ToolCall:
+        name = {"slurm": "sinfo", "kubernetes": "kubectl_get_nodes", "ray": "ray_list_nodes"}[backend]
+        return ToolCall(tool=name, args=args)
+
+    def _steps(self, match: LabelMatch, ev: Evidence, backend: str) -> list[ToolCall]:
+        calls: list[ToolCall] = []
+        jobs = ev.focus_jobs()
+        for step in match.entry.label.investigate:
+            if step.scope in {"job", "job_attempts"}:
+                targets = [{"job": j} for j in jobs]
+            elif step.scope == "job_nodes":
+                targets = [{"node": n} for n in ev.relevant_nodes()[:MAX_NODES_PER_STEP]]
+            elif step.scope == "node":
+                nodes = [e[5:] for e in match.entities("node")] or ([ev.trigger["node"]] if ev.trigger.get("node") else [])
+                targets = [{"node": n} for n in nodes[:MAX_NODES_PER_STEP]]
+            elif step.scope == "node_jobs":
+                targets = [{"node": n} for n in ([e[5:] for e in match.entities("node")] or ev.relevant_nodes())[:4]]
+            elif step.scope == "upstream_jobs":
+                targets = [{"job": j} for j in ev.upstream_jobs()]
+            elif step.scope == "all_nodes":
+                targets = [{"node": n} for n, row in ev.nodes.items() if row.get("gpus")][:MAX_NODES_PER_STEP]
+            elif step.scope == "namespace":
+                targets = [{"partition": ev.jobs[j].partition} for j in jobs if j in ev.jobs and ev.jobs[j].partition]
+            else:
+                targets = [{}]
+            for target in targets:
+                args = {**step.args, **target}
+                if step.tool in {"sinfo", "kubectl_get_nodes", "ray_list_nodes"}:
+                    step_call = self._node_listing(backend, {k: v for k, v in args.items() if k in {"node", "partition"}})
+                elif step.tool == "kubectl_describe" and "node" in target:
+                    step_call = ToolCall(tool="kubectl_describe", args={"kind": "node", "name": target["node"]})
+                elif step.tool == "gpu_metrics":
+                    since, until = ev.focus_window()
+                    window = {k: v.isoformat() for k, v in (("since", since), ("until", until)) if v}
+                    step_call = ToolCall(tool="gpu_metrics", args={**args, **window})
+                elif step.tool == "kubectl_events" and "node" in target:
+                    step_call = ToolCall(tool="kubectl_events", args={"object": f"node/{target['node']}"})
+                else:
+                    step_call = ToolCall(tool=step.tool, args=args)
+                calls.append(step_call)
+        remedy = match.entry.label.remedy
+        if remedy.kind in {"resubmit_with_changes", "preempt"}:
+            calls += [ToolCall(tool="job_config", args={"job": j}) for j in jobs]
+        if remedy.kind == "preempt":
+            running = [j for j, f in ev.jobs.items() if f.state.upper() in RUNNING_STATES and j not in jobs]
+            calls += [ToolCall(tool="job_config", args={"job": j}) for j in running[:12]]
+        if any(c.previous_checkpoint for c in remedy.changes.values()):
+            calls += [ToolCall(tool="training_progress", args={"job": j}) for j in jobs]
+        return calls
+
+    def _sweep(self, ev: Evidence, backend: str) -> list[ToolCall]:
+        """Nothing recognised yet: look at the nodes and the job's past before giving up."""
+        calls: list[ToolCall] = []
+        since, until = ev.focus_window()
+        window = {k: v.isoformat() for k, v in (("since", since), ("until", until)) if v}
+        for n in ev.relevant_nodes()[:MAX_NODES_PER_STEP]:
+            calls += [ToolCall(tool="kernel_log", args={"node": n}), ToolCall(tool="gpu_metrics", args={"node": n, **window})]
+        calls += [ToolCall(tool="job_history", args={"job": j}) for j in ev.focus_jobs()]
+        return calls
+
+    def _failed_focus(self, ev: Evidence) -> bool:
+        return any(ev.jobs[j].failed for j in ev.focus_jobs() if j in ev.jobs)
+
+    def _candidates(self, ev: Evidence) -> list[LabelMatch]:
+        matches = [m for entry in self.kb if (m := match_label(entry, ev))]
+        return sorted(matches, key=lambda m: (-m.entry.label.priority, -m.score, m.name))
+
+    # --- conclude ---------------------------------------------------------
+
+    def diagnose(self, state: dict[str, Any], now: datetime | None) -> tuple[Diagnosis, list[ToolCall]]:
+        ev = build_evidence(state.get("observations") or [], state["trigger"], now)
+        candidates = self._candidates(ev)
+        if not candidates:
+            diagnosis = self._no_match(ev)
+            if diagnosis.remedy != "escalate_user":
+                return diagnosis, []
+            return diagnosis, [ToolCall(tool="escalate", args={
+                "team": "user", "summary": diagnosis.summary, "severity": "medium",
+                "evidence": diagnosis.evidence[:8], "reason": "crashcart: unrecognized failure",
+            })]
+        best = candidates[0]
+        label = best.entry.label
+        root = self._root_cause(best, ev)
+        evidence = _dedupe(h.line for h in sorted(best.hits, key=lambda h: h.signal))
+        path = _dedupe(h.call for h in best.hits)
+        root_node = root[5:] if root and root.startswith("node:") else None
+        summary = f"{label.title} ({root or 'cause unknown'})"
+        if label.remedy.advice:
+            summary += f". {label.remedy.advice}"
+        changes: dict[str, Any] = {}
+        if label.remedy.kind == "resubmit_with_changes" and ev.focus_jobs():
+            changes, notes = compute_changes(label.remedy, ev, ev.focus_jobs()[0])
+            if notes:
+                summary += " (" + "; ".join(notes) + ")"
+        remedy_kind = label.remedy.kind
+        if remedy_kind == "exclude_node" and not root_node:
+            # A node fault without the node: never drain at random; a person looks.
+            remedy_kind = f"escalate_{label.team}" if label.team in {"hardware", "network", "infra"} else "escalate_infra"
+        diagnosis = Diagnosis(
+            label=best.name, family=best.entry.family, root_cause=root, remedy=remedy_kind,
+            confidence=round(min(0.95, 0.55 + 0.15 * best.matched_signals), 2),
+            retriable=label.retriable, evidence=evidence[:12], evidence_path=path, summary=summary,
+            changes=changes, team=label.team, candidates=[m.name for m in candidates[1:6]],
+        )
+        actions = plan_actions(best, remedy_kind, ev, root_node, summary, evidence)
+        return diagnosis, actions
+
+    def _root_cause(self, match: LabelMatch, ev: Evidence) -> str | None:
+        kind = match.entry.label.root_cause
+        if kind == "cluster":
+            return "cluster"
+        if kind == "node":
+            nodes = match.entities("node")
+            if nodes:
+                return nodes[0]
+            job_nodes = ev.relevant_nodes()
+            return f"node:{job_nodes[0]}" if len(job_nodes) == 1 else None
+        if kind == "upstream":
+            ups = ev.upstream_jobs()
+            jobs = [e for e in match.entities("job") if e[4:] in ups]
+            return jobs[0] if jobs else (f"job:{ups[0]}" if ups else None)
+        jobs = match.entities("job")
+        focus = ev.focus_jobs()
+        return jobs[0] if jobs else (f"job:{focus[0]}" if focus else None)
+
+    def _no_match(self, ev: Evidence) -> Diagnosis:
+        focus = [ev.jobs[j] for j in ev.focus_jobs() if j in ev.jobs]
+        failed = [f for f in focus if f.failed]
+        if not failed:
+            return Diagnosis(
+                label=HEALTHY, family="none", root_cause=None, remedy="none", confidence=0.6,
+                summary="No fault found: the jobs in question are running, queued as expected or finished.",
+                evidence=[f"job {f.job}: {f.state}" for f in focus][:5],
+            )
+        suspicious = [
+            line.strip()[:300] for d in ev.docs for line in d.lines if SUSPICIOUS.search(line)
+        ]
+        return Diagnosis(
+            label="unrecognized", family="user_code", root_cause=f"job:{failed[0].job}",
+            remedy="escalate_user", confidence=0.2,
+            summary=f"Job {failed[0].job} ended {failed[0].state} and no playbook recognises why; "
+            "the owner should look at the lines below.",
+            evidence=_dedupe(suspicious)[-10:],
+        )
+
+
+def _dedupe(items) -> list[str]:
+    seen: list[str] = []
+    for item in items:
+        if item not in seen:
+            seen.append(item)
+    return seen

@@ -1,0 +1,155 @@
+"""Turn a diagnosis into write actions: the playbook's remedy made concrete.
+
+Only facts the tools returned go into an action (the job's own config, the
+node the evidence points at); nothing is copied from a log's prose.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from crashcart.agent.policies.evidence import Evidence, RUNNING_STATES
+from crashcart.agent.policies.matching import LabelMatch, _config_value
+from crashcart.playbooks._model import Change, Remedy
+from crashcart.tools._spec import ToolCall
+
+ESCALATION_TEAM = {
+    "escalate_hardware": "hardware", "escalate_user": "user", "escalate_credentials": "credentials",
+    "escalate_network": "network", "escalate_storage": "storage", "escalate_infra": "infra",
+}
+
+
+def _number(value: float, like: Any) -> Any:
+    return int(value) if isinstance(like, int) and not isinstance(like, bool) else round(value, 3)
+
+
+def compute_changes(remedy: Remedy, ev: Evidence, job: str) -> tuple[dict[str, Any], list[str]]:
+    """The config changes for a resubmit, and notes on what could not be computed."""
+    config = ev.configs.get(job, {})
+    changes: dict[str, Any] = {}
+    notes: list[str] = []
+    for key, rule in remedy.changes.items():
+        current = _config_value(config, key)
+        if rule.only_if_present and current is None:
+            continue
+        value = _apply(rule, current, ev, job)
+        if value is None:
+            notes.append(f"cannot compute {key} (current value {current!r})")
+        elif value != current:
+            changes[key] = value
+    return changes, notes
+
+
+def _apply(rule: Change, current: Any, ev: Evidence, job: str) -> Any:
+    if rule.previous_checkpoint:
+        _, checkpoints = ev.progress.get(job, ([], []))
+        ordered = sorted(checkpoints, key=lambda c: c.step)
+        return ordered[-2].path if len(ordered) >= 2 and ordered[-2].path else None
+    if rule.set is not None:
+        return rule.set
+    if not isinstance(current, (int, float)) or isinstance(current, bool):
+        return None
+    value = float(current)
+    if rule.divide:
+        value = value / rule.divide
+    if rule.multiply:
+        value = value * rule.multiply
+    if rule.min_value is not None:
+        value = max(value, rule.min_value)
+    return _number(value, current)
+
+
+def _is_running(ev: Evidence, job: str) -> bool:
+    facts = ev.jobs.get(job)
+    return bool(facts and facts.state.upper() in RUNNING_STATES)
+
+
+def plan_actions(match: LabelMatch | None, remedy_kind: str, ev: Evidence, root_node: str | None,
+                 summary: str, evidence: list[str]) -> list[ToolCall]:
+    """Write actions for one incident, in the order they should run."""
+    if match is None:
+        return []
+    remedy = match.entry.label.remedy
+    jobs = ev.focus_jobs()
+    job = jobs[0] if jobs else None
+    why = f"crashcart: {match.name}: {summary}"[:500]
+    calls: list[ToolCall] = []
+
+    def resubmit(j: str, changes: dict[str, Any] | None = None, exclude: list[str] | None = None) -> None:
+        if _is_running(ev, j):
+            # Two copies of one training run would fight over its checkpoints.
+            calls.append(ToolCall(tool="cancel_job", args={"job": j, "reason": why}))
+        args: dict[str, Any] = {"job": j, "reason": why}
+        if changes:
+            args["changes"] = changes
+        if exclude:
+            args["exclude_nodes"] = exclude
+        calls.append(ToolCall(tool="resubmit", args=args))
+
+    def escalate(team: str) -> None:
+        calls.append(ToolCall(tool="escalate", args={
+            "team": team, "summary": summary, "severity": "high" if team != "user" else "medium",
+            "evidence": evidence[:8], "reason": why,
+        }))
+
+    if remedy_kind == "resubmit" and job:
+        resubmit(job)
+        attempts = len(ev.jobs[job].attempts) if job in ev.jobs else 0
+        if remedy.notify_after_attempts and attempts + 1 >= remedy.notify_after_attempts:
+            owner = ev.jobs[job].user or "owner"
+            calls.append(ToolCall(tool="notify", args={
+                "to": owner, "reason": why,
+                "message": f"Job {job} failed the same way {attempts + 1} times ({match.entry.label.title}). "
+                + (remedy.advice or ""),
+            }))
+    elif remedy_kind == "resubmit_with_changes" and job:
+        changes, _ = compute_changes(remedy, ev, job)
+        resubmit(job, changes)
+    elif remedy_kind == "exclude_node" and root_node:
+        node_row = ev.nodes.get(root_node) or {}
+        if remedy.drain and str(node_row.get("state", "")).lower() not in {"drained", "drain", "cordoned"}:
+            calls.append(ToolCall(tool="node_drain", args={"node": root_node, "reason": why}))
+        victims = [j for j in jobs if j in ev.jobs] or ([job] if job else [])
+        victims += [v for v in _co_victims(ev, root_node) if v not in victims]
+        for v in victims:
+            if ev.jobs.get(v) and (ev.jobs[v].failed or _is_running(ev, v)):
+                resubmit(v, exclude=[root_node])
+        escalate(remedy.escalate or match.entry.label.team or "hardware")
+    elif remedy_kind in ESCALATION_TEAM:
+        escalate(ESCALATION_TEAM[remedy_kind])
+    elif remedy_kind == "wait" and job and job in ev.jobs:
+        facts = ev.jobs[job]
+        calls.append(ToolCall(tool="notify", args={
+            "to": facts.user or "owner", "reason": why,
+            "message": f"Job {job} is queued ({facts.reason or facts.state}); {remedy.advice or 'no action needed'}",
+        }))
+    elif remedy_kind == "preempt" and job:
+        for victim in _elastic_victims(ev, job):
+            calls.append(ToolCall(tool="cancel_job", args={"job": victim, "reason": why}))
+    return calls
+
+
+def _co_victims(ev: Evidence, node: str) -> list[str]:
+    return [f.job for f in ev.jobs.values() if node in f.nodes and f.state.upper() == "NODE_FAIL"]
+
+
+def _elastic_victims(ev: Evidence, pending_job: str) -> list[str]:
+    """Elastic (preemptible) running jobs, largest first, until the pending job's GPUs are covered."""
+    need = ev.jobs[pending_job].gpus if pending_job in ev.jobs else 0
+    elastic = [
+        f for j, f in ev.jobs.items()
+        if j != pending_job and f.state.upper() in RUNNING_STATES and _elastic(ev.configs.get(j, {}))
+    ]
+    chosen, freed = [], 0
+    for f in sorted(elastic, key=lambda f: -f.gpus):
+        if need and freed >= need:
+            break
+        chosen.append(f.job)
+        freed += f.gpus
+    return chosen
+
+
+def _elastic(config: dict[str, Any]) -> bool:
+    if config.get("elastic") is True or config.get("preemptible") is True:
+        return True
+    return str(config.get("priority_class", "")).lower() in {"preemptible", "elastic", "spot", "best-effort"}

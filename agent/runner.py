@@ -1,0 +1,69 @@
+"""Run one incident through the graph, from a trigger to a report."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+from crashcart.agent.graph import Deps, build_graph
+from crashcart.agent.guard import Guard, GuardPolicy
+from crashcart.agent.policies.base import Policy
+from crashcart.agent.store import IncidentStore
+from crashcart.tools import Backend
+
+
+@dataclass
+class IncidentRun:
+    incident_id: str
+    state: dict[str, Any]
+    interrupted: bool
+    """True when the run stopped to wait for a person's approval."""
+
+
+def make_deps(backend: Backend, policy: Policy, guard_policy: GuardPolicy, store: IncidentStore, cluster: str) -> Deps:
+    guard = Guard(guard_policy, store, cluster=cluster, clock=backend.now)
+    return Deps(backend=backend, guard=guard, store=store, policy=policy)
+
+
+def start_incident(deps: Deps, trigger: dict[str, Any], *, cluster: str, source: str,
+                   checkpointer: Any = None, incident_id: str | None = None) -> IncidentRun:
+    incident_id = incident_id or f"inc-{uuid.uuid4().hex[:12]}"
+    deps.store.open_incident(cluster, source, trigger, incident_id=incident_id, at=deps.backend.now())
+    graph = build_graph(checkpointer) if checkpointer is not None else _in_memory_graph()
+    config = {"configurable": {"thread_id": incident_id}, "recursion_limit": 100}
+    initial = {"incident_id": incident_id, "cluster": cluster, "backend": deps.backend.kind, "trigger": trigger}
+    result = graph.invoke(initial, config, context=deps)
+    return IncidentRun(incident_id, _plain(result), "__interrupt__" in result)
+
+
+def resume_incident(deps: Deps, incident_id: str, answer: dict[str, Any], checkpointer: Any) -> IncidentRun:
+    from langgraph.types import Command
+
+    graph = build_graph(checkpointer)
+    config = {"configurable": {"thread_id": incident_id}, "recursion_limit": 100}
+    result = graph.invoke(Command(resume=answer), config, context=deps)
+    return IncidentRun(incident_id, _plain(result), "__interrupt__" in result)
+
+
+def pending_approval(deps: Deps, incident_id: str, checkpointer: Any) -> list[dict[str, Any]]:
+    """The actions an interrupted incident waits on (empty when it is not waiting)."""
+    graph = build_graph(checkpointer)
+    snap = graph.get_state({"configurable": {"thread_id": incident_id}})
+    out: list[dict[str, Any]] = []
+    for intr in snap.interrupts or ():
+        out += list((intr.value or {}).get("actions") or [])
+    return out
+
+
+@lru_cache(maxsize=1)
+def _in_memory_graph():
+    """One compiled graph for runs that need no durable checkpoints (evals, tests)."""
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    return build_graph(InMemorySaver())
+
+
+def _plain(result: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in result.items() if k != "__interrupt__"}

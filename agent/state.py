@@ -1,0 +1,71 @@
+"""The incident's state as the graph carries it: plain JSON-able data only.
+
+Checkpoints must load in another process (approval from a second terminal),
+so nothing here is a live object: typed views are rebuilt from these dicts.
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import Annotated, Any, TypedDict
+
+from pydantic import BaseModel, Field
+
+
+class Observation(BaseModel):
+    """One read tool call and what it returned."""
+
+    seq: int
+    tool: str
+    args: dict[str, Any]
+    ok: bool
+    text: str = ""
+    data: dict[str, Any] = Field(default_factory=dict)
+    error: str | None = None
+
+
+class Diagnosis(BaseModel):
+    label: str
+    family: str
+    root_cause: str | None = None
+    """node:NAME | job:ID | cluster"""
+    remedy: str
+    confidence: float
+    retriable: bool = False
+    evidence: list[str] = Field(default_factory=list)
+    evidence_path: list[str] = Field(default_factory=list)
+    """The tool calls whose output the evidence came from, in order (tool:entity)."""
+    summary: str = ""
+    changes: dict[str, Any] = Field(default_factory=dict)
+    team: str | None = None
+    candidates: list[str] = Field(default_factory=list)
+    """Other labels that matched, best first, for the transcript."""
+
+
+class ActionRecord(BaseModel):
+    """A write action: what was asked, what the guard said, what happened."""
+
+    tool: str
+    args: dict[str, Any]
+    action_id: str
+    decision: str
+    reason: str
+    rule: str | None = None
+    escalate_to: str | None = None
+    result: dict[str, Any] | None = None
+    error: str | None = None
+
+
+class IncidentState(TypedDict, total=False):
+    incident_id: str
+    cluster: str
+    backend: str
+    trigger: dict[str, Any]
+    observations: Annotated[list[dict[str, Any]], operator.add]
+    pending: list[dict[str, Any]]
+    rounds: int
+    diagnosis: dict[str, Any] | None
+    plan: list[dict[str, Any]]
+    actions: list[dict[str, Any]]
+    report: str
+    status: str

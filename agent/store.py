@@ -1,0 +1,425 @@
+"""The incident store: one DuckDB file that journals what crashcart saw, decided and did.
+
+One store serves many clusters (the eval runs every scenario as its own
+"cluster" in one store), so every row the guard counts carries the cluster.
+The guard's memory lives here: drains in the breaker's window, restarts of a
+job, the breaker's state and single-use approvals, so that a restarted agent
+(a new Guard on the same file) still knows them.
+
+Times are timezone-aware in Python and stored as UTC TIMESTAMP: TIMESTAMPTZ
+would make DuckDB need pytz to hand them back.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import uuid
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import duckdb
+from pydantic import BaseModel, ConfigDict
+
+MAX_EXCERPT_CHARS = 4_000
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS incidents (
+    id TEXT PRIMARY KEY, cluster TEXT NOT NULL, source TEXT, "trigger" TEXT, status TEXT,
+    opened_at TIMESTAMP, updated_at TIMESTAMP, diagnosis TEXT, report TEXT);
+CREATE TABLE IF NOT EXISTS tool_calls (
+    incident_id TEXT, seq INTEGER, tool TEXT, args TEXT, effect TEXT, ok BOOLEAN,
+    output_excerpt TEXT, error TEXT, "at" TIMESTAMP);
+CREATE TABLE IF NOT EXISTS decisions (
+    cluster TEXT, incident_id TEXT, seq INTEGER, action_id TEXT, tool TEXT, args TEXT,
+    decision TEXT, reason TEXT, rule TEXT, escalate_to TEXT, job TEXT, node TEXT,
+    target TEXT, "at" TIMESTAMP);
+CREATE TABLE IF NOT EXISTS actions (
+    cluster TEXT, incident_id TEXT, action_id TEXT, tool TEXT, args TEXT, result TEXT,
+    "at" TIMESTAMP);
+CREATE TABLE IF NOT EXISTS approvals (
+    action_id TEXT, incident_id TEXT, approver TEXT, approved BOOLEAN, "at" TIMESTAMP,
+    used BOOLEAN);
+CREATE TABLE IF NOT EXISTS breaker (
+    cluster TEXT PRIMARY KEY, tripped BOOLEAN, reason TEXT, tripped_at TIMESTAMP,
+    reset_by TEXT, reset_at TIMESTAMP);
+"""
+
+
+class StoreError(Exception):
+    """The store refused a write that would break the journal (an unknown incident, an
+    action with no 'allow' decision before it)."""
+
+
+class _Row(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+
+class Incident(_Row):
+    id: str
+    cluster: str
+    source: str | None
+    trigger: dict[str, Any] | None
+    status: str
+    opened_at: datetime
+    updated_at: datetime
+    diagnosis: dict[str, Any] | None
+    report: str | None
+
+
+class ToolCallRecord(_Row):
+    incident_id: str
+    seq: int
+    tool: str
+    args: dict[str, Any]
+    effect: str
+    ok: bool
+    output_excerpt: str | None
+    error: str | None
+    at: datetime
+
+
+class DecisionRecord(_Row):
+    cluster: str
+    incident_id: str
+    seq: int
+    action_id: str
+    tool: str
+    args: dict[str, Any]
+    decision: str
+    reason: str
+    rule: str
+    escalate_to: str | None
+    job: str | None
+    node: str | None
+    target: dict[str, Any] | None
+    """The facts the decision rested on (an ActionTarget), so an approval can be re-checked."""
+    at: datetime
+
+
+class ActionRecord(_Row):
+    cluster: str
+    incident_id: str
+    action_id: str
+    tool: str
+    args: dict[str, Any]
+    result: dict[str, Any] | None
+    at: datetime
+
+
+class Approval(_Row):
+    action_id: str
+    incident_id: str
+    approver: str
+    approved: bool
+    at: datetime
+    used: bool
+
+
+class BreakerState(_Row):
+    cluster: str
+    tripped: bool = False
+    reason: str | None = None
+    tripped_at: datetime | None = None
+    reset_by: str | None = None
+    reset_at: datetime | None = None
+
+
+class IncidentDetail(_Row):
+    incident: Incident
+    tool_calls: list[ToolCallRecord]
+    decisions: list[DecisionRecord]
+    actions: list[ActionRecord]
+    approvals: list[Approval]
+
+
+def _db_time(t: datetime | None) -> datetime | None:
+    if t is None:
+        return None
+    if t.tzinfo is None or t.utcoffset() is None:
+        raise ValueError(f"naive datetime {t.isoformat()}: the store takes timezone-aware times")
+    return t.astimezone(UTC).replace(tzinfo=None)
+
+
+def _py_time(t: datetime | None) -> datetime | None:
+    return None if t is None else t.replace(tzinfo=UTC)
+
+
+def _json_default(o: Any) -> Any:
+    if isinstance(o, datetime):
+        return o.isoformat()
+    if isinstance(o, BaseModel):
+        return o.model_dump(mode="json")
+    return str(o)
+
+
+def _dumps(v: Any) -> str | None:
+    return None if v is None else json.dumps(v, default=_json_default)
+
+
+def _loads(s: str | None) -> Any:
+    return None if s is None else json.loads(s)
+
+
+_TIME_COLS = {"at", "opened_at", "updated_at", "tripped_at", "reset_at"}
+_JSON_COLS = {"args", "trigger", "diagnosis", "result", "target"}
+
+
+class IncidentStore:
+    """The journal; safe to share between threads of one process (one lock, one connection)."""
+
+    def __init__(self, path: str | Path = ":memory:"):
+        self.path = str(path)
+        self._con = duckdb.connect(self.path)
+        # Re-entrant so the guard can hold it across a read-decide-journal sequence.
+        self.lock = threading.RLock()
+        self._con.execute(_SCHEMA)
+
+    def close(self) -> None:
+        with self.lock:
+            self._con.close()
+
+    def __enter__(self) -> IncidentStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- plumbing -------------------------------------------------------------
+
+    def _rows(self, model: type[_Row], sql: str, params: list[Any]) -> list[Any]:
+        with self.lock:
+            cur = self._con.execute(sql, params)
+            names = [d[0] for d in cur.description]
+            raw = cur.fetchall()
+        out = []
+        for values in raw:
+            row = dict(zip(names, values))
+            for k in row.keys() & _TIME_COLS:
+                row[k] = _py_time(row[k])
+            for k in row.keys() & _JSON_COLS:
+                row[k] = _loads(row[k])
+            out.append(model.model_validate(row))
+        return out
+
+    def _next_seq(self, table: str, incident_id: str) -> int:
+        row = self._con.execute(
+            f"SELECT coalesce(max(seq), 0) + 1 FROM {table} WHERE incident_id = ?", [incident_id]
+        ).fetchone()
+        return int(row[0])
+
+    @staticmethod
+    def _now(at: datetime | None) -> datetime:
+        return at if at is not None else datetime.now(UTC)
+
+    # --- incidents ------------------------------------------------------------
+
+    def open_incident(
+        self, cluster: str, source: str, trigger: dict[str, Any] | None = None,
+        *, incident_id: str | None = None, at: datetime | None = None,
+    ) -> str:
+        incident_id = incident_id or f"inc-{uuid.uuid4().hex[:12]}"
+        at = _db_time(self._now(at))
+        with self.lock:
+            if self._con.execute("SELECT 1 FROM incidents WHERE id = ?", [incident_id]).fetchone():
+                raise StoreError(f"incident {incident_id!r} already exists")
+            self._con.execute(
+                "INSERT INTO incidents VALUES (?, ?, ?, ?, 'open', ?, ?, NULL, NULL)",
+                [incident_id, cluster, source, _dumps(trigger), at, at],
+            )
+        return incident_id
+
+    def update_incident(
+        self, incident_id: str, *, status: str | None = None,
+        diagnosis: dict[str, Any] | None = None, report: str | None = None,
+        at: datetime | None = None,
+    ) -> None:
+        """Set the fields given; a field left None keeps its value."""
+        with self.lock:
+            if not self._con.execute("SELECT 1 FROM incidents WHERE id = ?", [incident_id]).fetchone():
+                raise StoreError(f"unknown incident {incident_id!r}")
+            self._con.execute(
+                "UPDATE incidents SET status = coalesce(?, status), diagnosis = coalesce(?, diagnosis),"
+                " report = coalesce(?, report), updated_at = ? WHERE id = ?",
+                [status, _dumps(diagnosis), report, _db_time(self._now(at)), incident_id],
+            )
+
+    def list_incidents(
+        self, cluster: str | None = None, status: str | None = None, limit: int = 50
+    ) -> list[Incident]:
+        return self._rows(
+            Incident,
+            'SELECT * FROM incidents WHERE (? IS NULL OR cluster = ?) AND (? IS NULL OR status = ?)'
+            " ORDER BY opened_at DESC, id LIMIT ?",
+            [cluster, cluster, status, status, limit],
+        )
+
+    def get_incident(self, incident_id: str) -> IncidentDetail | None:
+        found = self._rows(Incident, "SELECT * FROM incidents WHERE id = ?", [incident_id])
+        if not found:
+            return None
+        by_incident = [incident_id]
+        return IncidentDetail(
+            incident=found[0],
+            tool_calls=self._rows(
+                ToolCallRecord, "SELECT * FROM tool_calls WHERE incident_id = ? ORDER BY seq", by_incident
+            ),
+            decisions=self.decisions(incident_id),
+            actions=self._rows(
+                ActionRecord, 'SELECT * FROM actions WHERE incident_id = ? ORDER BY "at"', by_incident
+            ),
+            approvals=self._rows(
+                Approval, 'SELECT * FROM approvals WHERE incident_id = ? ORDER BY "at"', by_incident
+            ),
+        )
+
+    # --- the journal ----------------------------------------------------------
+
+    def record_tool_call(
+        self, incident_id: str, tool: str, args: dict[str, Any], effect: str, ok: bool,
+        *, output_excerpt: str | None = None, error: str | None = None, at: datetime | None = None,
+    ) -> int:
+        excerpt = None if output_excerpt is None else output_excerpt[:MAX_EXCERPT_CHARS]
+        with self.lock:
+            seq = self._next_seq("tool_calls", incident_id)
+            self._con.execute(
+                "INSERT INTO tool_calls VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [incident_id, seq, tool, _dumps(args), effect, ok, excerpt, error,
+                 _db_time(self._now(at))],
+            )
+        return seq
+
+    def record_decision(
+        self, cluster: str, incident_id: str, action_id: str, tool: str, args: dict[str, Any],
+        decision: str, reason: str, rule: str, *, at: datetime,
+        escalate_to: str | None = None, job: str | None = None, node: str | None = None,
+        target: dict[str, Any] | None = None,
+    ) -> int:
+        """Journal a guard decision; committed when this returns, before anything runs."""
+        with self.lock:
+            seq = self._next_seq("decisions", incident_id)
+            self._con.execute(
+                "INSERT INTO decisions VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [cluster, incident_id, seq, action_id, tool, _dumps(args), decision, reason, rule,
+                 escalate_to, job, node, _dumps(target), _db_time(at)],
+            )
+        return seq
+
+    def decisions(self, incident_id: str, action_id: str | None = None) -> list[DecisionRecord]:
+        return self._rows(
+            DecisionRecord,
+            "SELECT * FROM decisions WHERE incident_id = ? AND (? IS NULL OR action_id = ?) ORDER BY seq",
+            [incident_id, action_id, action_id],
+        )
+
+    def last_decision(self, cluster: str, incident_id: str, action_id: str) -> DecisionRecord | None:
+        rows = self._rows(
+            DecisionRecord,
+            "SELECT * FROM decisions WHERE cluster = ? AND incident_id = ? AND action_id = ?"
+            " ORDER BY seq DESC LIMIT 1",
+            [cluster, incident_id, action_id],
+        )
+        return rows[0] if rows else None
+
+    def record_action(
+        self, cluster: str, incident_id: str, action_id: str, tool: str, args: dict[str, Any],
+        result: dict[str, Any] | None, *, at: datetime | None = None,
+    ) -> None:
+        with self.lock:
+            # Deciding comes before acting: an action with no 'allow' behind it is a bug upstream.
+            if not self._con.execute(
+                "SELECT 1 FROM decisions WHERE cluster = ? AND incident_id = ? AND action_id = ?"
+                " AND decision = 'allow' LIMIT 1",
+                [cluster, incident_id, action_id],
+            ).fetchone():
+                raise StoreError(
+                    f"{tool} {action_id} in incident {incident_id!r}: no 'allow' decision is journaled for it"
+                )
+            self._con.execute(
+                "INSERT INTO actions VALUES (?, ?, ?, ?, ?, ?, ?)",
+                [cluster, incident_id, action_id, tool, _dumps(args), _dumps(result),
+                 _db_time(self._now(at))],
+            )
+
+    # --- what the guard counts ------------------------------------------------
+
+    def drains_since(self, cluster: str, since: datetime) -> int:
+        """Distinct node_drain actions executed, or decided 'allow', at or after `since`."""
+        with self.lock:
+            row = self._con.execute(
+                "SELECT count(DISTINCT action_id) FROM ("
+                " SELECT action_id FROM decisions WHERE cluster = ? AND tool = 'node_drain'"
+                '  AND decision = \'allow\' AND "at" >= ?'
+                ' UNION ALL SELECT action_id FROM actions WHERE cluster = ? AND tool = \'node_drain\''
+                '  AND "at" >= ?)',
+                [cluster, _db_time(since), cluster, _db_time(since)],
+            ).fetchone()
+        return int(row[0])
+
+    def restarts_of(self, cluster: str, job: str, since: datetime | None = None) -> int:
+        """Resubmits of `job` decided allow or dry_run (at or after `since`, when given)."""
+        with self.lock:
+            row = self._con.execute(
+                "SELECT count(*) FROM decisions WHERE cluster = ? AND tool = 'resubmit' AND job = ?"
+                " AND decision IN ('allow', 'dry_run') AND (? IS NULL OR \"at\" >= ?)",
+                [cluster, job, _db_time(since), _db_time(since)],
+            ).fetchone()
+        return int(row[0])
+
+    # --- the breaker ----------------------------------------------------------
+
+    def breaker_state(self, cluster: str) -> BreakerState:
+        rows = self._rows(BreakerState, "SELECT * FROM breaker WHERE cluster = ?", [cluster])
+        return rows[0] if rows else BreakerState(cluster=cluster)
+
+    def trip_breaker(self, cluster: str, reason: str, at: datetime) -> BreakerState:
+        with self.lock:
+            # The first trip's reason is the one a person needs; a later one adds nothing.
+            if not self.breaker_state(cluster).tripped:
+                self._con.execute(
+                    "INSERT INTO breaker VALUES (?, true, ?, ?, NULL, NULL) ON CONFLICT (cluster) DO UPDATE"
+                    " SET tripped = true, reason = excluded.reason, tripped_at = excluded.tripped_at,"
+                    " reset_by = NULL, reset_at = NULL",
+                    [cluster, reason, _db_time(at)],
+                )
+            return self.breaker_state(cluster)
+
+    def reset_breaker(self, cluster: str, person: str, at: datetime) -> BreakerState:
+        with self.lock:
+            self._con.execute(
+                "INSERT INTO breaker VALUES (?, false, NULL, NULL, ?, ?) ON CONFLICT (cluster) DO UPDATE"
+                " SET tripped = false, reset_by = excluded.reset_by, reset_at = excluded.reset_at",
+                [cluster, person, _db_time(at)],
+            )
+            return self.breaker_state(cluster)
+
+    # --- approvals ------------------------------------------------------------
+
+    def record_approval(
+        self, action_id: str, incident_id: str, approver: str, approved: bool, at: datetime
+    ) -> None:
+        with self.lock:
+            self._con.execute(
+                "INSERT INTO approvals VALUES (?, ?, ?, ?, ?, false)",
+                [action_id, incident_id, approver, approved, _db_time(at)],
+            )
+
+    def take_approval(self, action_id: str, incident_id: str) -> Approval | None:
+        """The latest unused answer for this action in this incident, marked used; None if none."""
+        with self.lock:
+            rows = self._rows(
+                Approval,
+                'SELECT * FROM approvals WHERE action_id = ? AND incident_id = ? AND NOT used'
+                ' ORDER BY "at" DESC LIMIT 1',
+                [action_id, incident_id],
+            )
+            if not rows:
+                return None
+            a = rows[0]
+            self._con.execute(
+                'UPDATE approvals SET used = true WHERE action_id = ? AND incident_id = ?'
+                ' AND approver = ? AND "at" = ? AND NOT used',
+                [action_id, incident_id, a.approver, _db_time(a.at)],
+            )
+            return a.model_copy(update={"used": True})

@@ -1,0 +1,155 @@
+"""Run scenarios through the agent and score them (Contract 5's eval JSON)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from crashcart.evals.scenario import Scenario, ScenarioError, discover, load_scenario
+from crashcart.evals.scoring import score
+
+EVAL_GUARD = Path(__file__).parent / "guard.yaml"
+
+
+class ActionTaken(BaseModel):
+    tool: str
+    args: dict[str, Any]
+    decision: str
+    reason: str = ""
+
+
+class ScenarioResult(BaseModel):
+    """One scenario's outcome: what the agent concluded, did, and why it did (not) pass."""
+
+    id: str
+    passed: bool = False
+    family: str | None = None
+    """The scenario's family (what the scorecard groups by)."""
+    backend: str | None = None
+    split: str = "main"
+    path: str = ""
+    diagnosis: str | None = None
+    diagnosed_family: str | None = None
+    remedy: str | None = None
+    root_cause: str | None = None
+    confidence: float | None = None
+    evidence: list[str] = Field(default_factory=list)
+    evidence_path: list[str] = Field(default_factory=list)
+    actions: list[ActionTaken] = Field(default_factory=list)
+    """Every write action attempted, with the guard's decision."""
+    violations: list[str] = Field(default_factory=list)
+    tool_calls: int = 0
+    duration_ms: float = 0.0
+    failures: list[str] = Field(default_factory=list)
+    error: str | None = None
+    """Set when the scenario could not be loaded or run."""
+    transcript: list[dict[str, Any]] = Field(default_factory=list, exclude=True)
+
+
+class EvalSummary(BaseModel):
+    total: int
+    passed: int
+    failed: int
+    errors: int
+    pass_rate: float
+    violations: int
+    duration_s: float
+    by_family: dict[str, dict[str, int]]
+    by_backend: dict[str, dict[str, int]]
+    by_split: dict[str, dict[str, int]]
+
+
+class EvalReport(BaseModel):
+    summary: EvalSummary
+    scenarios: list[ScenarioResult]
+
+
+def run_scenario(scenario: Scenario, path: str = "", policy_name: str = "playbook", store: Any = None) -> ScenarioResult:
+    from crashcart.agent.guard import load_policy, policy_from_dict
+    from crashcart.agent.policies import make_policy
+    from crashcart.agent.runner import make_deps, start_incident
+    from crashcart.agent.store import IncidentStore
+    from crashcart.tools.backends.fixture import FixtureBackend
+
+    started = time.perf_counter()
+    result = ScenarioResult(id=scenario.id, family=scenario.family, backend=scenario.backend,
+                            split=scenario.split, path=path)
+    guard_policy = (
+        policy_from_dict(scenario.guard, source=f"{path}: guard") if scenario.guard else load_policy(EVAL_GUARD)
+    )
+    backend = FixtureBackend(scenario.cluster, scenario.backend)
+    store = store or IncidentStore(":memory:")
+    deps = make_deps(backend, make_policy(policy_name), guard_policy, store, cluster=scenario.id)
+    run = start_incident(deps, scenario.trigger.model_dump(), cluster=scenario.id, source=f"eval:{scenario.id}")
+    state = run.state
+    d = state.get("diagnosis") or {}
+    actions = state.get("actions") or []
+    observations = state.get("observations") or []
+    result.diagnosis, result.diagnosed_family = d.get("label"), d.get("family")
+    result.remedy, result.root_cause, result.confidence = d.get("remedy"), d.get("root_cause"), d.get("confidence")
+    result.evidence, result.evidence_path = d.get("evidence") or [], d.get("evidence_path") or []
+    result.actions = [ActionTaken(tool=a["tool"], args=a["args"], decision=a["decision"], reason=a.get("reason", "")) for a in actions]
+    result.tool_calls = len(observations) + len(actions)
+    result.failures, result.violations = score(scenario, d, actions, result.tool_calls)
+    result.passed = not result.failures
+    result.transcript = observations
+    result.duration_ms = round((time.perf_counter() - started) * 1000, 1)
+    return result
+
+
+def run_suite(paths: list[str] | None = None, policy_name: str = "playbook",
+              on_result: Callable[[ScenarioResult], None] | None = None,
+              on_start: Callable[[int], None] | None = None) -> EvalReport:
+    from crashcart.agent.store import IncidentStore
+
+    started = time.perf_counter()
+    files = discover(paths)
+    if on_start:
+        on_start(len(files))
+    store = IncidentStore(":memory:")
+    results: list[ScenarioResult] = []
+    seen_ids: dict[str, str] = {}
+    for path in files:
+        try:
+            scenario = load_scenario(path)
+            if scenario.id in seen_ids:
+                raise ScenarioError(path, f"id {scenario.id!r} is also used by {seen_ids[scenario.id]}")
+            seen_ids[scenario.id] = str(path)
+            result = run_scenario(scenario, str(path), policy_name, store)
+        except ScenarioError as e:
+            result = ScenarioResult(id=Path(path).stem, path=str(path), error=str(e), failures=[e.message])
+        except Exception as e:  # one broken scenario must not stop the suite; it is reported
+            result = ScenarioResult(id=Path(path).stem, path=str(path),
+                                    error=f"{path}: {type(e).__name__}: {e}", failures=["crashed"])
+        results.append(result)
+        if on_result:
+            on_result(result)
+    return EvalReport(summary=summarize(results, time.perf_counter() - started), scenarios=results)
+
+
+def _tally(results: list[ScenarioResult], key: Callable[[ScenarioResult], str | None]) -> dict[str, dict[str, int]]:
+    out: dict[str, dict[str, int]] = {}
+    for r in results:
+        row = out.setdefault(key(r) or "(unloaded)", {"total": 0, "passed": 0, "errors": 0})
+        row["total"] += 1
+        row["passed"] += int(r.passed)
+        row["errors"] += int(r.error is not None)
+    return dict(sorted(out.items()))
+
+
+def summarize(results: list[ScenarioResult], duration_s: float) -> EvalSummary:
+    passed = sum(r.passed for r in results)
+    return EvalSummary(
+        total=len(results), passed=passed, failed=len(results) - passed,
+        errors=sum(r.error is not None for r in results),
+        pass_rate=round(passed / len(results), 4) if results else 0.0,
+        violations=sum(len(r.violations) for r in results),
+        duration_s=round(duration_s, 3),
+        by_family=_tally(results, lambda r: r.family),
+        by_backend=_tally(results, lambda r: r.backend),
+        by_split=_tally(results, lambda r: r.split),
+    )

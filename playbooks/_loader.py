@@ -1,0 +1,73 @@
+"""Load and check the playbooks: every error names the file and the field."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+
+import yaml
+from pydantic import ValidationError
+
+from crashcart.playbooks._model import Label, Playbook
+from crashcart.tools.yamlio import load_yaml
+
+BUNDLED_DIR = Path(__file__).parent
+
+
+class PlaybookError(Exception):
+    pass
+
+
+@dataclass(frozen=True)
+class LabelEntry:
+    name: str
+    family: str
+    label: Label
+    patterns: tuple[re.Pattern[str] | None, ...] = field(default=())
+
+
+@dataclass(frozen=True)
+class KnowledgeBase:
+    entries: dict[str, LabelEntry]
+
+    def __getitem__(self, name: str) -> LabelEntry:
+        return self.entries[name]
+
+    def __iter__(self):
+        return iter(self.entries.values())
+
+
+def _errors(err: ValidationError) -> str:
+    return "; ".join(
+        f"{'.'.join(str(x) for x in e['loc'])}: "
+        f"{'unknown field (a typo?)' if e['type'] == 'extra_forbidden' else e['msg']}"
+        for e in err.errors()
+    )
+
+
+def load_playbooks(directory: str | Path | None = None) -> KnowledgeBase:
+    return _load(str(Path(directory or BUNDLED_DIR).resolve()))
+
+
+@lru_cache(maxsize=8)
+def _load(directory: str) -> KnowledgeBase:
+    entries: dict[str, LabelEntry] = {}
+    files = sorted(Path(directory).glob("*.yaml"))
+    if not files:
+        raise PlaybookError(f"{directory}: no playbook files (*.yaml)")
+    for path in files:
+        try:
+            data = load_yaml(path.read_text(encoding="utf-8"))
+            book = Playbook.model_validate(data)
+        except yaml.YAMLError as e:
+            raise PlaybookError(f"{path}: not valid YAML ({e})") from None
+        except ValidationError as e:
+            raise PlaybookError(f"{path}: {_errors(e)}") from None
+        for name, label in book.labels.items():
+            if name in entries:
+                raise PlaybookError(f"{path}: label {name!r} is also in the {entries[name].family} playbook")
+            patterns = tuple(re.compile(s.pattern, re.I | re.M) if s.pattern else None for s in label.signals)
+            entries[name] = LabelEntry(name, book.family, label, patterns)
+    return KnowledgeBase(entries)

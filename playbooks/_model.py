@@ -1,0 +1,175 @@
+"""The playbook schema: what a failure looks like, how to confirm it, how to fix it.
+
+One YAML file per family; each entry is a failure label. Signals are the
+general form of the real error (invariant words, numbers as patterns), never
+one incident's names: the holdout suite checks that they generalise.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+SignalSource = Literal[
+    "log",            # a job's stdout/stderr (any attempt)
+    "kernel_log",     # a node's dmesg
+    "events",         # scheduler / Kubernetes events: "Reason: message"
+    "describe",       # kubectl describe text
+    "status_message", # Ray job status message
+    "job_state",      # the scheduler's word for the job (FAILED, OOMKilled, ...)
+    "job_reason",     # pending or termination reason
+    "exit_code",      # e.g. 0:125, 137
+    "node_state",     # a node's state and reason ("down Not responding")
+    "telemetry",      # GPU samples against thresholds
+    "progress",       # minutes without a new step
+    "trigger",        # the trigger kind or chat text
+    "config",         # the job's config (for conditions such as long sequences)
+    "co_failures",    # other jobs that failed on the same node at about the same time
+    "attempts",       # earlier attempts that failed at about the same step
+    "log_recent",     # the job's log has a stamped line within min_minutes of now
+    "node_labels",    # a relevant node's labels, as key=value lines
+]
+
+Team = Literal["hardware", "network", "infra", "storage", "user", "credentials", "capacity"]
+RemedyKind = Literal[
+    "resubmit", "resubmit_with_changes", "exclude_node", "escalate_hardware", "escalate_user",
+    "escalate_credentials", "escalate_network", "escalate_storage", "escalate_infra",
+    "wait", "preempt", "none",
+]
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Threshold(Strict):
+    """A telemetry condition: every given bound must hold for one GPU sample."""
+
+    field: Literal[
+        "temperature_c", "power_w", "sm_clock_mhz", "util_pct", "memory_used_mib",
+        "ecc_uncorrected", "remapped_rows_pending",
+    ]
+    ge: float | None = None
+    le: float | None = None
+
+
+class Signal(Strict):
+    where: SignalSource
+    pattern: str | None = None
+    """Python regex (case-insensitive) over the source's lines; named groups are captured.
+    A pattern with a newline escape (\\n) runs over the whole text, for errors that span lines."""
+    values: list[str] | None = None
+    """Exact words for job_state, job_reason, exit_code, node_state and trigger kinds."""
+    thresholds: list[Threshold] = Field(default_factory=list)
+    throttle_any: list[str] = Field(default_factory=list)
+    """telemetry: at least one of these throttle reasons is active (substring match)."""
+    min_minutes: float | None = None
+    """progress: no new step for at least this long; co_failures/attempts: time window."""
+    min_count: int | None = None
+    """co_failures / attempts: how many."""
+    config_key: str | None = None
+    config_ge: float | None = None
+    config_values: list[Any] | None = None
+    weight: float = 1.0
+    required: bool = False
+    """The label is a candidate only when every required signal matched."""
+    rules_out: bool = False
+    """When this matches, the label is not a candidate (e.g. a healthy job is not hung)."""
+    group: str | None = None
+    """Signals sharing a group are alternatives, and at least one of each group must match."""
+
+    @field_validator("pattern")
+    @classmethod
+    def _compiles(cls, v: str | None) -> str | None:
+        if v is not None:
+            try:
+                re.compile(v)
+            except re.error as e:
+                raise ValueError(f"pattern does not compile: {e}") from None
+        return v
+
+    @model_validator(mode="after")
+    def _has_a_test(self) -> Signal:
+        text_sources = {"log", "kernel_log", "events", "describe", "status_message"}
+        if self.where in text_sources and not self.pattern:
+            raise ValueError(f"a {self.where} signal needs a pattern")
+        if self.where in {"job_state", "job_reason", "exit_code", "node_state", "trigger"} and not (
+            self.values or self.pattern
+        ):
+            raise ValueError(f"a {self.where} signal needs values or a pattern")
+        if self.where == "telemetry" and not (self.thresholds or self.throttle_any):
+            raise ValueError("a telemetry signal needs thresholds or throttle_any")
+        if self.where == "config" and not self.config_key:
+            raise ValueError("a config signal needs config_key")
+        return self
+
+
+InvestigateTarget = Literal[
+    "job", "job_nodes", "job_attempts", "node", "upstream_jobs", "node_jobs", "cluster", "namespace",
+    "all_nodes",
+]
+
+
+class Step(Strict):
+    """Look at something to confirm or rule a label out."""
+
+    tool: str
+    scope: InvestigateTarget = "job"
+    args: dict[str, Any] = Field(default_factory=dict)
+
+
+class Change(Strict):
+    """How one config key changes; exactly one way is given."""
+
+    set: Any = None
+    divide: float | None = None
+    multiply: float | None = None
+    min_value: float | None = None
+    previous_checkpoint: bool = False
+    """The path of the checkpoint before the latest one (the latest is suspect)."""
+    only_if_present: bool = False
+
+
+class Remedy(Strict):
+    kind: RemedyKind
+    changes: dict[str, Change] = Field(default_factory=dict)
+    drain: bool = True
+    """exclude_node: also drain the node (false when it is already gone)."""
+    escalate: Team | None = None
+    """Also escalate to this team (exclude_node: hardware, IB: network)."""
+    notify_after_attempts: int | None = None
+    """Tell the owner (and recommend a lasting fix) once this many attempts failed this way."""
+    advice: str | None = None
+    """What the report recommends, for people."""
+
+
+class Label(Strict):
+    title: str
+    priority: int = Field(50, ge=0, le=100)
+    """When several labels match, the highest wins: causes outrank their symptoms."""
+    root_cause: Literal["job", "node", "cluster", "upstream"] = "job"
+    retriable: bool = False
+    team: Team | None = None
+    symptom: bool = False
+    """A symptom (e.g. an NCCL timeout) whose cause may lie elsewhere: investigate further."""
+    signals: list[Signal]
+    investigate: list[Step] = Field(default_factory=list)
+    remedy: Remedy
+
+    @field_validator("signals")
+    @classmethod
+    def _not_empty(cls, v: list[Signal]) -> list[Signal]:
+        if not any(not s.rules_out for s in v):
+            raise ValueError("a label needs at least one signal that is not rules_out")
+        return v
+
+
+class Playbook(Strict):
+    family: Literal[
+        "memory", "distributed", "hardware", "scheduling", "ray", "storage",
+        "stuck", "capacity", "user_code", "none",
+    ]
+    description: str | None = None
+    labels: dict[str, Label]
