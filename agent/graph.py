@@ -62,33 +62,8 @@ def build_graph(checkpointer: Any = None):
 
     def run_tools(state: IncidentState, runtime: Runtime[Deps]) -> dict[str, Any]:
         deps = runtime.context
-        seq = len(state.get("observations") or [])
-        new: list[dict[str, Any]] = []
-        for raw in state.get("pending") or []:
-            call = ToolCall.model_validate(raw)
-            seq += 1
-            try:
-                effect = REGISTRY.get(call.tool).effect
-            except ToolError as e:
-                new.append(Observation(seq=seq, tool=call.tool, args=call.args, ok=False, error=str(e)).model_dump(mode="json"))
-                continue
-            if effect != "read":
-                # Investigation is read-only; a write proposed here waits for the plan.
-                err = f"{call.tool} is a write tool; it can only be planned as a remedy"
-                new.append(Observation(seq=seq, tool=call.tool, args=call.args, ok=False, error=err).model_dump(mode="json"))
-                continue
-            decision = deps.guard.check(call, "read", None, state["incident_id"])
-            if decision.decision != "allow":
-                obs = Observation(seq=seq, tool=call.tool, args=call.args, ok=False, error=decision.reason)
-            else:
-                ok, out, err = _call_tool(deps, call)
-                data = out.model_dump(mode="json") if out is not None else {}
-                obs = Observation(seq=seq, tool=call.tool, args=call.args, ok=ok, text=data.get("text", ""), data=data, error=err)
-            deps.store.record_tool_call(
-                state["incident_id"], call.tool, call.args, "read", obs.ok,
-                output_excerpt=obs.text[:OUTPUT_EXCERPT], error=obs.error, at=deps.backend.now(),
-            )
-            new.append(obs.model_dump(mode="json"))
+        with deps.store.batch():
+            new = _run_reads(deps, state)
         return {"observations": new, "pending": []}
 
     def diagnose(state: IncidentState, runtime: Runtime[Deps]) -> dict[str, Any]:
@@ -99,18 +74,8 @@ def build_graph(checkpointer: Any = None):
 
     def guard(state: IncidentState, runtime: Runtime[Deps]) -> dict[str, Any]:
         deps = runtime.context
-        records: list[dict[str, Any]] = []
-        for raw in state.get("plan") or []:
-            call = ToolCall.model_validate(raw)
-            try:
-                spec = REGISTRY.get(call.tool)
-                spec.parse_args(call.args)
-                target = deps.backend.target(call) if spec.effect == "write" else None
-            except ToolError as e:
-                records.append(ActionRecord(tool=call.tool, args=call.args, action_id=call.action_id, decision="deny", reason=str(e), error=str(e)).model_dump(mode="json"))
-                continue
-            d = deps.guard.check(call, spec.effect, target, state["incident_id"])
-            records.append(ActionRecord(tool=call.tool, args=call.args, action_id=call.action_id, decision=d.decision, reason=d.reason, rule=d.rule, escalate_to=d.escalate_to).model_dump(mode="json"))
+        with deps.store.batch():
+            records = _check_plan(deps, state)
         waiting = any(r["decision"] == "needs_approval" for r in records)
         if waiting:
             deps.store.update_incident(state["incident_id"], status="awaiting_approval")
@@ -142,8 +107,9 @@ def build_graph(checkpointer: Any = None):
 
     def act(state: IncidentState, runtime: Runtime[Deps]) -> dict[str, Any]:
         deps = runtime.context
-        recorded = deps.store.get_incident(state["incident_id"])
-        done = {a.action_id for a in recorded.actions} if recorded else set()
+        allowed = any(a["decision"] == "allow" for a in state.get("actions") or [])
+        # Acting is idempotent: an action journaled as executed (before a crash) is not run again.
+        done = deps.store.executed_action_ids(state["incident_id"]) if allowed else set()
         updated = []
         for a in state.get("actions") or []:
             if a["decision"] == "allow" and a["action_id"] not in done and a.get("result") is None:
@@ -173,10 +139,65 @@ def build_graph(checkpointer: Any = None):
     g.add_edge("run_tools", "investigate")
     g.add_edge("diagnose", "guard")
     g.add_conditional_edges("guard", route_guard)
-    g.add_edge("approval", "act")
+    # An answer that settles nothing (an approver the policy does not name, a malformed
+    # answer) leaves the action waiting: ask again rather than finish with it pending.
+    g.add_conditional_edges("approval", route_guard)
     g.add_edge("act", "report")
     g.add_edge("report", END)
     return g.compile(checkpointer=checkpointer)
+
+
+def _check_plan(deps: Deps, state: IncidentState) -> list[dict[str, Any]]:
+    """The guard's decision on every planned write, journaled; a bad call is denied with why."""
+    records: list[dict[str, Any]] = []
+    for raw in state.get("plan") or []:
+        call = ToolCall.model_validate(raw)
+        record = {"tool": call.tool, "args": call.args, "action_id": call.action_id}
+        try:
+            spec = REGISTRY.get(call.tool)
+            if spec.effect != "write":
+                # A read is not a remedy; acting on it would run an action the guard never journaled.
+                raise ToolError(f"{call.tool} only reads; a plan holds write actions only")
+            spec.parse_args(call.args)
+            target = deps.backend.target(call)
+        except ToolError as e:
+            records.append(ActionRecord(**record, decision="deny", reason=str(e), error=str(e)).model_dump(mode="json"))
+            continue
+        d = deps.guard.check(call, spec.effect, target, state["incident_id"])
+        records.append(ActionRecord(**record, decision=d.decision, reason=d.reason, rule=d.rule,
+                                    escalate_to=d.escalate_to).model_dump(mode="json"))
+    return records
+
+
+def _run_reads(deps: Deps, state: IncidentState) -> list[dict[str, Any]]:
+    """Run the pending read calls through the guard; each becomes an observation, journaled."""
+    seq = len(state.get("observations") or [])
+    new: list[dict[str, Any]] = []
+    for raw in state.get("pending") or []:
+        call = ToolCall.model_validate(raw)
+        seq += 1
+        try:
+            effect = REGISTRY.get(call.tool).effect
+        except ToolError as e:
+            effect, error = None, str(e)
+        else:
+            # Investigation only reads; a write can only come through the plan and the guard.
+            error = None if effect == "read" else f"{call.tool} is a write tool; it can only be planned as a remedy"
+        if error is None:
+            decision = deps.guard.check(call, effect, None, state["incident_id"])
+            error = None if decision.decision == "allow" else decision.reason
+        if error is not None:
+            obs = Observation(seq=seq, tool=call.tool, args=call.args, ok=False, error=error)
+        else:
+            ok, out, err = _call_tool(deps, call)
+            data = out.model_dump(mode="json") if out is not None else {}
+            obs = Observation(seq=seq, tool=call.tool, args=call.args, ok=ok, text=data.get("text", ""), data=data, error=err)
+        deps.store.record_tool_call(
+            state["incident_id"], call.tool, call.args, effect or "unknown", obs.ok,
+            output_excerpt=obs.text[:OUTPUT_EXCERPT], error=obs.error, at=deps.backend.now(),
+        )
+        new.append(obs.model_dump(mode="json"))
+    return new
 
 
 def _verdicts(answer: Any, pending: list[dict[str, Any]]) -> dict[str, tuple[str, bool]]:

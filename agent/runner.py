@@ -31,10 +31,13 @@ def start_incident(deps: Deps, trigger: dict[str, Any], *, cluster: str, source:
                    checkpointer: Any = None, incident_id: str | None = None) -> IncidentRun:
     incident_id = incident_id or f"inc-{uuid.uuid4().hex[:12]}"
     deps.store.open_incident(cluster, source, trigger, incident_id=incident_id, at=deps.backend.now())
-    graph = build_graph(checkpointer) if checkpointer is not None else _in_memory_graph()
+    durable = checkpointer is not None
+    graph = build_graph(checkpointer) if durable else _in_memory_graph()
     config = {"configurable": {"thread_id": incident_id}, "recursion_limit": 100}
     initial = {"incident_id": incident_id, "cluster": cluster, "backend": deps.backend.kind, "trigger": trigger}
-    result = graph.invoke(initial, config, context=deps)
+    # A durable run checkpoints every step (it must survive a crash); an in-memory one only
+    # where it stops, which is all an approval needs and much cheaper.
+    result = graph.invoke(initial, config, context=deps, durability="sync" if durable else "exit")
     return IncidentRun(incident_id, _plain(result), "__interrupt__" in result)
 
 

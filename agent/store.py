@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import json
 import threading
+from contextlib import contextmanager
 import uuid
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import duckdb
 from pydantic import BaseModel, ConfigDict
@@ -175,6 +176,9 @@ class IncidentStore:
         # Re-entrant so the guard can hold it across a read-decide-journal sequence.
         self.lock = threading.RLock()
         self._con.execute(_SCHEMA)
+        self._seq: dict[tuple[str, str], int] = {}
+        self._batch_depth = 0
+        self._pending_calls: list[list[Any]] = []
 
     def close(self) -> None:
         with self.lock:
@@ -204,10 +208,48 @@ class IncidentStore:
         return out
 
     def _next_seq(self, table: str, incident_id: str) -> int:
-        row = self._con.execute(
-            f"SELECT coalesce(max(seq), 0) + 1 FROM {table} WHERE incident_id = ?", [incident_id]
-        ).fetchone()
-        return int(row[0])
+        key = (table, incident_id)
+        if key not in self._seq:
+            # Another process may have journaled this incident before (an approval resumed it).
+            row = self._con.execute(
+                f"SELECT coalesce(max(seq), 0) FROM {table} WHERE incident_id = ?", [incident_id]
+            ).fetchone()
+            self._seq[key] = int(row[0])
+        self._seq[key] += 1
+        return self._seq[key]
+
+    @contextmanager
+    def batch(self) -> Iterator[None]:
+        """Several writes in one transaction: one commit instead of one per row.
+
+        Everything written inside is committed when the block ends, so a decision journaled
+        in a batch is durable before any action that depends on it runs after the block."""
+        with self.lock:
+            outer = self._batch_depth == 0
+            if outer:
+                self._con.execute("BEGIN TRANSACTION")
+            self._batch_depth += 1
+            try:
+                yield
+            except BaseException:
+                self._batch_depth -= 1
+                if outer:
+                    self._con.execute("ROLLBACK")
+                    self._seq.clear()
+                    self._pending_calls.clear()
+                raise
+            self._batch_depth -= 1
+            if outer:
+                pending, self._pending_calls = self._pending_calls, []
+                self._insert_many("tool_calls", pending)
+                self._con.execute("COMMIT")
+
+    def executed_action_ids(self, incident_id: str) -> set[str]:
+        with self.lock:
+            rows = self._con.execute(
+                "SELECT DISTINCT action_id FROM actions WHERE incident_id = ?", [incident_id]
+            ).fetchall()
+        return {r[0] for r in rows}
 
     @staticmethod
     def _now(at: datetime | None) -> datetime:
@@ -237,13 +279,13 @@ class IncidentStore:
     ) -> None:
         """Set the fields given; a field left None keeps its value."""
         with self.lock:
-            if not self._con.execute("SELECT 1 FROM incidents WHERE id = ?", [incident_id]).fetchone():
-                raise StoreError(f"unknown incident {incident_id!r}")
-            self._con.execute(
+            updated = self._con.execute(
                 "UPDATE incidents SET status = coalesce(?, status), diagnosis = coalesce(?, diagnosis),"
-                " report = coalesce(?, report), updated_at = ? WHERE id = ?",
+                " report = coalesce(?, report), updated_at = ? WHERE id = ? RETURNING id",
                 [status, _dumps(diagnosis), report, _db_time(self._now(at)), incident_id],
-            )
+            ).fetchall()
+            if not updated:
+                raise StoreError(f"unknown incident {incident_id!r}")
 
     def list_incidents(
         self, cluster: str | None = None, status: str | None = None, limit: int = 50
@@ -283,12 +325,23 @@ class IncidentStore:
         excerpt = None if output_excerpt is None else output_excerpt[:MAX_EXCERPT_CHARS]
         with self.lock:
             seq = self._next_seq("tool_calls", incident_id)
-            self._con.execute(
-                "INSERT INTO tool_calls VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                [incident_id, seq, tool, _dumps(args), effect, ok, excerpt, error,
-                 _db_time(self._now(at))],
-            )
+            row = [incident_id, seq, tool, _dumps(args), effect, ok, excerpt, error, _db_time(self._now(at))]
+            if self._batch_depth:
+                # Written with the batch's commit, in one statement: a read's record is not
+                # something an action waits on, and one INSERT per row is slow in DuckDB.
+                self._pending_calls.append(row)
+            else:
+                self._insert_many("tool_calls", [row])
         return seq
+
+    def _insert_many(self, table: str, rows: list[list[Any]]) -> None:
+        if not rows:
+            return
+        marks = "(" + ", ".join("?" * len(rows[0])) + ")"
+        self._con.execute(
+            f"INSERT INTO {table} VALUES " + ", ".join([marks] * len(rows)),
+            [v for row in rows for v in row],
+        )
 
     def record_decision(
         self, cluster: str, incident_id: str, action_id: str, tool: str, args: dict[str, Any],

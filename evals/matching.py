@@ -53,6 +53,8 @@ def value_matches(expected: Any, actual: Any) -> bool:
             return actual is not None and not _same(bound, actual)
         if op == "regex":
             return actual is not None and re.search(str(bound), str(actual)) is not None
+        if isinstance(actual, bool) or isinstance(bound, bool):
+            return False  # true is not a number here, as in _same: {lt: 8} is not met by `true`
         try:
             a, b = float(actual), float(bound)
         except (TypeError, ValueError):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -68,8 +69,15 @@ class EvalReport(BaseModel):
     scenarios: list[ScenarioResult]
 
 
+@lru_cache(maxsize=1)
+def _eval_guard():
+    from crashcart.agent.guard import load_policy
+
+    return load_policy(EVAL_GUARD)
+
+
 def run_scenario(scenario: Scenario, path: str = "", policy_name: str = "playbook", store: Any = None) -> ScenarioResult:
-    from crashcart.agent.guard import load_policy, policy_from_dict
+    from crashcart.agent.guard import policy_from_dict
     from crashcart.agent.policies import make_policy
     from crashcart.agent.runner import make_deps, start_incident
     from crashcart.agent.store import IncidentStore
@@ -79,7 +87,7 @@ def run_scenario(scenario: Scenario, path: str = "", policy_name: str = "playboo
     result = ScenarioResult(id=scenario.id, family=scenario.family, backend=scenario.backend,
                             split=scenario.split, path=path)
     guard_policy = (
-        policy_from_dict(scenario.guard, source=f"{path}: guard") if scenario.guard else load_policy(EVAL_GUARD)
+        policy_from_dict(scenario.guard, source=f"{path}: guard") if scenario.guard else _eval_guard()
     )
     backend = FixtureBackend(scenario.cluster, scenario.backend)
     store = store or IncidentStore(":memory:")

@@ -119,6 +119,12 @@ class Job(Strict):
         # YAML reads 48213 as an int; a job id is a name, not a number.
         return str(v) if isinstance(v, int) else v
 
+    @field_validator("depends_on", mode="before")
+    @classmethod
+    def _ids_text(cls, v: Any) -> Any:
+        # The same for the ids a job depends on: `depends_on: [48212]` names a job.
+        return [str(x) if isinstance(x, int) else x for x in v] if isinstance(v, list) else v
+
 
 
 class Event(Strict):

@@ -253,7 +253,18 @@ def guard_check(path: Path = typer.Argument(..., help="A guard.yaml to validate"
 
 
 def main() -> None:
-    app()
+    # A broken playbook or guard file is the operator's to fix: say which file and field,
+    # never a traceback.
+    try:
+        app()
+    except Exception as e:
+        from crashcart.agent.guard import PolicyError
+        from crashcart.playbooks import PlaybookError
+
+        if not isinstance(e, (PlaybookError, PolicyError)):
+            raise
+        _console().print(f"[red]error:[/] {e}", highlight=False)
+        raise SystemExit(2) from None
 
 
 if __name__ == "__main__":

@@ -31,6 +31,14 @@ class TextDoc:
     last_time: datetime | None = None
     """The latest timestamp a line carries (job logs), to tell a silent job from a busy one."""
 
+    @property
+    def text(self) -> str:
+        if self._text is None:
+            self._text = "\n".join(self.lines)
+        return self._text
+
+    _text: str | None = field(default=None, repr=False)
+
 
 @dataclass
 class JobFacts:

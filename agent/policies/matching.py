@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import re
 from collections import Counter
+from functools import lru_cache
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,24 +44,31 @@ class LabelMatch:
         return sorted(counts, key=lambda e: (-counts[e], -last_seen[e]))
 
 
+@lru_cache(maxsize=65536)
+def _first_match(pattern: re.Pattern[str], text: str) -> tuple[str, tuple[tuple[str, str], ...]] | None:
+    """The line of the first match and its named groups. Cached: every investigation round
+    re-reads the same texts, and scanning them is the policy's main cost."""
+    m = pattern.search(text)
+    if not m:
+        return None
+    # The line where the match ends: for an error spanning lines, its last line.
+    end = max(m.end() - 1, m.start())
+    line = text[text.rfind("\n", 0, end) + 1: (text.find("\n", end) + 1 or len(text) + 1) - 1]
+    caps = tuple((k, v) for k, v in m.groupdict().items() if v is not None)
+    return line.strip()[:MAX_EVIDENCE_LINE], caps
+
+
 def _text_hits(idx: int, sig: Signal, pattern, ev: Evidence) -> list[Hit]:
     hits: list[Hit] = []
-    spans_lines = "\\n" in (sig.pattern or "")
     for doc in ev.docs:
         if doc.source != sig.where:
             continue
-        if spans_lines:
-            m = pattern.search("\n".join(doc.lines))
-            if m:
-                last = m.group(0).rstrip("\n").splitlines()[-1]
-                hits.append(Hit(idx, doc.entity, last.strip()[:MAX_EVIDENCE_LINE], doc.call))
-            continue
-        for line in doc.lines:
-            m = pattern.search(line)
-            if m:
-                caps = {k: v for k, v in m.groupdict().items() if v is not None}
-                hits.append(Hit(idx, doc.entity, line.strip()[:MAX_EVIDENCE_LINE], doc.call, caps))
-                break  # one line per document is evidence enough; more is noise
+        # One search over the whole text (patterns compile with re.M, so ^ and $ are per line);
+        # the first match per document is evidence enough, more is noise.
+        found = _first_match(pattern, doc.text)
+        if found:
+            line, caps = found
+            hits.append(Hit(idx, doc.entity, line, doc.call, dict(caps)))
     if sig.min_count and len({h.entity for h in hits}) < sig.min_count:
         return []
     return hits

@@ -22,7 +22,7 @@ from crashcart.tools._spec import REGISTRY, ToolCall
 
 MAX_NODES_PER_STEP = 16
 SUSPICIOUS = re.compile(
-    r"\b(error|exception|traceback|fatal|failed|killed|abort|timed? ?out|panic|segfault|nan\b|oom)",
+    r"\b(\w*error|\w*exception|traceback|fatal|failed|killed|abort|timed? ?out|panic|segfault|nan\b|oom)",
     re.I,
 )
 HEALTHY = "healthy"
