@@ -157,6 +157,8 @@ class Label(Strict):
     signals: list[Signal]
     investigate: list[Step] = Field(default_factory=list)
     remedy: Remedy
+    analysis: Literal["demand_forecast", "idle_gpus"] | None = None
+    """A computed answer (capacity reviews) that replaces the evidence lines in the report."""
 
     @field_validator("signals")
     @classmethod

@@ -60,7 +60,10 @@ def render_incident(console: Console, state: dict[str, Any], title: str = "") ->
             table.add_column(col, overflow="fold")
         for a in actions:
             style = DECISION_STYLE.get(a["decision"], "")
-            table.add_row(a["tool"], _args(a.get("args") or {}), Text(a["decision"], style=style),
-                          a.get("error") or a.get("reason") or "")
+            why = a.get("error") or a.get("reason") or ""
+            if (a.get("result") or {}).get("message"):
+                # What acting did, so a person sees the action ran (not only that it was allowed).
+                why += f"\nexecuted: {a['result']['message']}"
+            table.add_row(a["tool"], _args(a.get("args") or {}), Text(a["decision"], style=style), why)
         console.print(table)
     console.print(f"[bold]status[/] {state.get('status')}")

@@ -10,9 +10,10 @@ concludes, preferring the cause over the symptom by playbook priority.
 from __future__ import annotations
 
 import re
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
+from crashcart.agent.policies.capacity import demand_forecast, idle_gpus
 from crashcart.agent.policies.evidence import Evidence, RUNNING_STATES, build_evidence, call_key
 from crashcart.agent.policies.matching import LabelMatch, match_label
 from crashcart.agent.policies.remedy import compute_changes, plan_actions
@@ -26,6 +27,7 @@ SUSPICIOUS = re.compile(
     re.I,
 )
 HEALTHY = "healthy"
+ANALYSES = {"demand_forecast": demand_forecast, "idle_gpus": idle_gpus}
 
 
 class PlaybookPolicy:
@@ -137,6 +139,8 @@ class PlaybookPolicy:
                     step_call = self._node_listing(backend, {k: v for k, v in args.items() if k in {"node", "partition"}})
                 elif step.tool == "kubectl_describe" and "node" in target:
                     step_call = ToolCall(tool="kubectl_describe", args={"kind": "node", "name": target["node"]})
+                elif step.tool == "gpu_metrics" and args.get("since") == "week" and ev.now:
+                    step_call = ToolCall(tool="gpu_metrics", args={**args, "since": (ev.now - timedelta(days=7)).isoformat()})
                 elif step.tool == "gpu_metrics":
                     since, until = ev.focus_window()
                     window = {k: v.isoformat() for k, v in (("since", since), ("until", until)) if v}
@@ -195,6 +199,9 @@ class PlaybookPolicy:
         summary = f"{label.title} ({root or 'cause unknown'})"
         if label.remedy.advice:
             summary += f". {label.remedy.advice}"
+        if label.analysis:
+            answer, lines = ANALYSES[label.analysis](ev)
+            summary, evidence = f"{label.title}: {answer}", lines + evidence
         changes: dict[str, Any] = {}
         if label.remedy.kind == "resubmit_with_changes" and ev.focus_jobs():
             changes, notes = compute_changes(label.remedy, ev, ev.focus_jobs()[0])
