@@ -16,6 +16,7 @@ from langgraph.types import interrupt
 
 from crashcart.agent.guard import Guard
 from crashcart.agent.policies.base import Policy
+from crashcart.agent.report import incident_summary
 from crashcart.agent.state import ActionRecord, IncidentState, Observation
 from crashcart.agent.store import IncidentStore
 from crashcart.tools import REGISTRY, Backend, ToolCall, ToolError
@@ -126,8 +127,9 @@ def build_graph(checkpointer: Any = None):
     def report(state: IncidentState, runtime: Runtime[Deps]) -> dict[str, Any]:
         deps = runtime.context
         status = _final_status(state)
-        deps.store.update_incident(state["incident_id"], status=status)
-        return {"status": status}
+        summary = incident_summary(dict(state), status)
+        deps.store.update_incident(state["incident_id"], status=status, report=summary)
+        return {"status": status, "report": summary}
 
     g = StateGraph(IncidentState, context_schema=Deps)
     for name, fn in [("triage", triage), ("investigate", investigate), ("run_tools", run_tools),
@@ -148,10 +150,36 @@ def build_graph(checkpointer: Any = None):
 
 
 def _check_plan(deps: Deps, state: IncidentState) -> list[dict[str, Any]]:
-    """The guard's decision on every planned write, journaled; a bad call is denied with why."""
+    """The guard's decision on every planned write, journaled; a bad call is denied with why.
+
+    An action the guard denies and routes to a team (a tripped breaker, a spent restart
+    budget) becomes an escalation to that team, with the evidence, through the guard too."""
+    plan = [ToolCall.model_validate(raw) for raw in state.get("plan") or []]
+    records = _decide(deps, state, plan)
+    escalated = {c.args.get("team") for c in plan if c.tool == "escalate"}
+    routed = []
+    for r in records:
+        team = r.get("escalate_to")
+        if r["decision"] == "deny" and team and r["tool"] != "escalate" and team not in escalated:
+            escalated.add(team)
+            routed.append(_escalation_for(r, team, state))
+    return records + _decide(deps, state, routed)
+
+
+def _escalation_for(denied: dict[str, Any], team: str, state: IncidentState) -> ToolCall:
+    diagnosis = state.get("diagnosis") or {}
+    what = f"{denied['tool']} {denied['args'].get('node') or denied['args'].get('job') or ''}".strip()
+    return ToolCall(tool="escalate", args={
+        "team": team, "severity": "high",
+        "summary": f"The guard refused {what}: {denied['reason']} Diagnosis: {diagnosis.get('summary', 'none')}",
+        "evidence": list(diagnosis.get("evidence") or [])[:8],
+        "reason": f"crashcart: guard denied {what}",
+    })
+
+
+def _decide(deps: Deps, state: IncidentState, calls: list[ToolCall]) -> list[dict[str, Any]]:
     records: list[dict[str, Any]] = []
-    for raw in state.get("plan") or []:
-        call = ToolCall.model_validate(raw)
+    for call in calls:
         record = {"tool": call.tool, "args": call.args, "action_id": call.action_id}
         try:
             spec = REGISTRY.get(call.tool)

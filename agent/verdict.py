@@ -69,7 +69,7 @@ def diagnose_text(text: str, source: str | None = None, kb: KnowledgeBase | None
             diagnosis="unrecognized" if suspicious else "healthy",
             remedy="escalate_user" if suspicious else "none",
             retriable=False, confidence=0.2 if suspicious else 0.3,
-            evidence=_dedupe(suspicious)[-10:],
+            evidence=list(dict.fromkeys(suspicious))[-10:],
             summary="No playbook recognises this log; these lines look suspicious."
             if suspicious else "Nothing in this log looks like a failure.",
             source=source,
@@ -84,15 +84,7 @@ def diagnose_text(text: str, source: str | None = None, kb: KnowledgeBase | None
     return Verdict(
         family=best.entry.family, diagnosis=best.name, remedy=remedy, retriable=label.retriable,
         changes=changes, confidence=round(confidence, 2),
-        evidence=_dedupe(h.line for h in best.hits)[:10],
+        evidence=list(dict.fromkeys(h.line for h in best.hits))[:10],
         summary=label.title + (f". {label.remedy.advice}" if label.remedy.advice else ""),
         source=source,
     )
-
-
-def _dedupe(items) -> list[str]:
-    out: list[str] = []
-    for item in items:
-        if item not in out:
-            out.append(item)
-    return out

@@ -14,7 +14,7 @@ import yaml
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from crashcart.tools.cluster import Cluster, Strict
-from crashcart.tools.yamlio import load_yaml
+from crashcart.tools.yamlio import describe_validation_error, describe_yaml_error, load_yaml
 
 Backend = Literal["slurm", "kubernetes", "ray"]
 TriggerKind = Literal[
@@ -132,49 +132,17 @@ class Scenario(Strict):
         return "holdout" if "holdout" in self.tags else "main"
 
 
-def _field_path(loc: tuple[Any, ...], data: Any) -> str:
-    """`cluster.jobs[0].state`, and the job's id where there is one, for a reader."""
-    parts: list[str] = []
-    node = data
-    for item in loc:
-        if isinstance(item, int):
-            label = f"[{item}]"
-            if isinstance(node, list) and item < len(node):
-                node = node[item]
-                ident = node.get("id") or node.get("name") if isinstance(node, dict) else None
-                if ident is not None:
-                    label = f"[{item}:{ident}]"
-            parts.append(label)
-        else:
-            parts.append(("." if parts else "") + str(item))
-            node = node.get(item) if isinstance(node, dict) else None
-    return "".join(parts) or "(top level)"
-
-
-def format_validation_error(err: ValidationError, data: Any) -> str:
-    lines = []
-    for e in err.errors():
-        msg = e["msg"]
-        if e["type"] == "extra_forbidden":
-            msg = "unknown field (a typo?)"
-        loc = tuple(x for x in e["loc"] if not (isinstance(x, str) and x.startswith("function-")))
-        lines.append(f"{_field_path(loc, data)}: {msg}")
-    return "; ".join(lines)
-
-
 def parse_scenario(text: str, path: str | Path = "<string>") -> Scenario:
     try:
         data = load_yaml(text)
     except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
-        raise ScenarioError(path, f"{where}not valid YAML ({getattr(e, 'problem', e)})") from None
+        raise ScenarioError(path, describe_yaml_error(e)) from None
     if not isinstance(data, dict):
         raise ScenarioError(path, "a scenario file holds one mapping (id, title, family, ...)")
     try:
         return Scenario.model_validate(data)
     except ValidationError as e:
-        raise ScenarioError(path, format_validation_error(e, data)) from None
+        raise ScenarioError(path, describe_validation_error(e, data)) from None
 
 
 def load_scenario(path: str | Path) -> Scenario:

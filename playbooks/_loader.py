@@ -11,7 +11,7 @@ import yaml
 from pydantic import ValidationError
 
 from crashcart.playbooks._model import Label, Playbook
-from crashcart.tools.yamlio import load_yaml
+from crashcart.tools.yamlio import describe_validation_error, describe_yaml_error, load_yaml
 
 BUNDLED_DIR = Path(__file__).parent
 
@@ -39,14 +39,6 @@ class KnowledgeBase:
         return iter(self.entries.values())
 
 
-def _errors(err: ValidationError) -> str:
-    return "; ".join(
-        f"{'.'.join(str(x) for x in e['loc'])}: "
-        f"{'unknown field (a typo?)' if e['type'] == 'extra_forbidden' else e['msg']}"
-        for e in err.errors()
-    )
-
-
 def load_playbooks(directory: str | Path | None = None) -> KnowledgeBase:
     return _load(str(Path(directory or BUNDLED_DIR).resolve()))
 
@@ -62,9 +54,9 @@ def _load(directory: str) -> KnowledgeBase:
             data = load_yaml(path.read_text(encoding="utf-8"))
             book = Playbook.model_validate(data)
         except yaml.YAMLError as e:
-            raise PlaybookError(f"{path}: not valid YAML ({e})") from None
+            raise PlaybookError(f"{path}: {describe_yaml_error(e)}") from None
         except ValidationError as e:
-            raise PlaybookError(f"{path}: {_errors(e)}") from None
+            raise PlaybookError(f"{path}: {describe_validation_error(e, data)}") from None
         for name, label in book.labels.items():
             if name in entries:
                 raise PlaybookError(f"{path}: label {name!r} is also in the {entries[name].family} playbook")

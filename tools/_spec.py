@@ -14,6 +14,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from crashcart.tools.yamlio import describe_validation_error
+
 Effect = Literal["read", "write"]
 BackendKind = Literal["slurm", "kubernetes", "ray"]
 ALL_BACKENDS: tuple[BackendKind, ...] = ("slurm", "kubernetes", "ray")
@@ -63,11 +65,7 @@ class ToolSpec:
         try:
             return self.input.model_validate(args)
         except ValidationError as e:
-            problems = "; ".join(
-                f"{'.'.join(str(x) for x in err['loc']) or '(args)'}: "
-                f"{'unknown argument' if err['type'] == 'extra_forbidden' else err['msg']}"
-                for err in e.errors()
-            )
+            problems = describe_validation_error(e, args, unknown="unknown argument")
             raise ToolError(f"{self.name}: bad arguments: {problems}") from None
 
     def json_schema(self) -> dict[str, Any]:

@@ -1,13 +1,49 @@
-"""One YAML reader for scenarios, playbooks and guard policies."""
+"""Reading YAML data (scenarios, playbooks, guard policies) and saying clearly what is wrong."""
 
 from typing import Any
 
 import yaml
+from pydantic import ValidationError
 
 # libyaml parses about ten times faster; the pure-Python loader is the fallback.
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 def load_yaml(text: str) -> Any:
-    """Parse YAML safely; raises yaml.YAMLError with a problem_mark where the text is wrong."""
+    """Parse YAML safely; raises yaml.YAMLError (describe it with describe_yaml_error)."""
     return yaml.load(text, Loader=_LOADER)
+
+
+def describe_yaml_error(err: yaml.YAMLError) -> str:
+    mark = getattr(err, "problem_mark", None)
+    where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+    return f"{where}not valid YAML ({getattr(err, 'problem', None) or err})"
+
+
+def _field_path(loc: tuple[Any, ...], data: Any) -> str:
+    """`cluster.jobs[0:48213].state`: list items carry their id or name where they have one."""
+    parts: list[str] = []
+    node = data
+    for item in loc:
+        if isinstance(item, int):
+            label = f"[{item}]"
+            if isinstance(node, list) and item < len(node):
+                node = node[item]
+                ident = (node.get("id") or node.get("name")) if isinstance(node, dict) else None
+                if ident is not None:
+                    label = f"[{item}:{ident}]"
+            parts.append(label)
+        else:
+            parts.append(("." if parts else "") + str(item))
+            node = node.get(item) if isinstance(node, dict) else None
+    return "".join(parts) or "(top level)"
+
+
+def describe_validation_error(err: ValidationError, data: Any = None, unknown: str = "unknown field (a typo?)") -> str:
+    """Every problem as `field.path: what is wrong`, joined with '; '."""
+    lines = []
+    for e in err.errors():
+        loc = tuple(x for x in e["loc"] if not (isinstance(x, str) and x.startswith("function-")))
+        msg = unknown if e["type"] == "extra_forbidden" else e["msg"]
+        lines.append(f"{_field_path(loc, data)}: {msg}")
+    return "; ".join(lines)

@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from crashcart.tools.backends.base import ActionTarget
 from crashcart.tools.catalog import Team
-from crashcart.tools.yamlio import load_yaml
+from crashcart.tools.yamlio import describe_validation_error, describe_yaml_error, load_yaml
 
 DEFAULT_POLICY_PATH = Path(__file__).with_name("default.yaml")
 Mode = Literal["observe", "dry_run", "autonomous"]
@@ -122,21 +122,6 @@ class GuardPolicy(_Strict):
         return tier.approvers or self.approvers
 
 
-def _field_path(loc: tuple[Any, ...]) -> str:
-    out = ""
-    for part in loc:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
-    return out or "(top level)"
-
-
-def _format(err: ValidationError) -> str:
-    return "; ".join(
-        f"{_field_path(e['loc'])}: "
-        f"{'unknown field (a typo?)' if e['type'] == 'extra_forbidden' else e['msg']}"
-        for e in err.errors()
-    )
-
-
 def policy_from_dict(
     data: dict[str, Any] | GuardPolicy | None, source: str | Path = "<scenario>",
     base: GuardPolicy | None = None,
@@ -156,7 +141,7 @@ def policy_from_dict(
     try:
         return GuardPolicy.model_validate(data)
     except ValidationError as e:
-        raise PolicyError(source, _format(e)) from None
+        raise PolicyError(source, describe_validation_error(e, data)) from None
 
 
 def load_policy(path: str | Path | None = None) -> GuardPolicy:
@@ -169,7 +154,5 @@ def load_policy(path: str | Path | None = None) -> GuardPolicy:
     try:
         data = load_yaml(text)
     except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
-        raise PolicyError(path, f"{where}not valid YAML ({getattr(e, 'problem', e)})") from None
+        raise PolicyError(path, describe_yaml_error(e)) from None
     return policy_from_dict(data, path)

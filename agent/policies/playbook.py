@@ -193,8 +193,8 @@ class PlaybookPolicy:
         best = candidates[0]
         label = best.entry.label
         root = self._root_cause(best, ev)
-        evidence = _dedupe(h.line for h in sorted(best.hits, key=lambda h: h.signal))
-        path = _dedupe(h.call for h in best.hits)
+        evidence = list(dict.fromkeys(h.line for h in sorted(best.hits, key=lambda h: h.signal)))
+        path = list(dict.fromkeys(h.call for h in best.hits))
         root_node = root[5:] if root and root.startswith("node:") else None
         summary = f"{label.title} ({root or 'cause unknown'})"
         if label.remedy.advice:
@@ -255,13 +255,5 @@ class PlaybookPolicy:
             remedy="escalate_user", confidence=0.2,
             summary=f"Job {failed[0].job} ended {failed[0].state} and no playbook recognises why; "
             "the owner should look at the lines below.",
-            evidence=_dedupe(suspicious)[-10:],
+            evidence=list(dict.fromkeys(suspicious))[-10:],
         )
-
-
-def _dedupe(items) -> list[str]:
-    seen: list[str] = []
-    for item in items:
-        if item not in seen:
-            seen.append(item)
-    return seen
