@@ -82,8 +82,9 @@ def build_graph(checkpointer: Any = None):
             deps.store.update_incident(state["incident_id"], status="awaiting_approval")
         return {"actions": records, "status": "awaiting_approval" if waiting else state.get("status", "investigating")}
 
-    def route_guard(state: IncidentState) -> Literal["approval", "act"]:
-        return "approval" if any(a["decision"] == "needs_approval" for a in state.get("actions") or []) else "act"
+    def route_after_act(state: IncidentState) -> Literal["approval", "report"]:
+        # What the guard allowed has run; what waits for a person waits here, not the rest.
+        return "approval" if any(a["decision"] == "needs_approval" for a in state.get("actions") or []) else "report"
 
     def approval(state: IncidentState, runtime: Runtime[Deps]) -> dict[str, Any]:
         deps = runtime.context
@@ -140,11 +141,11 @@ def build_graph(checkpointer: Any = None):
     g.add_conditional_edges("investigate", route_investigation)
     g.add_edge("run_tools", "investigate")
     g.add_edge("diagnose", "guard")
-    g.add_conditional_edges("guard", route_guard)
-    # An answer that settles nothing (an approver the policy does not name, a malformed
-    # answer) leaves the action waiting: ask again rather than finish with it pending.
-    g.add_conditional_edges("approval", route_guard)
-    g.add_edge("act", "report")
+    g.add_edge("guard", "act")
+    # After act, an action still waiting (an answer that settled nothing: an approver the
+    # policy does not name, a malformed answer) goes back to approval rather than finish pending.
+    g.add_edge("approval", "act")
+    g.add_conditional_edges("act", route_after_act)
     g.add_edge("report", END)
     return g.compile(checkpointer=checkpointer)
 
