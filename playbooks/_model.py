@@ -29,6 +29,8 @@ SignalSource = Literal[
     "co_failures",    # other jobs that failed on the same node at about the same time
     "attempts",       # earlier attempts that failed at about the same step
     "log_recent",     # the job's log has a stamped line within min_minutes of now
+    "throughput",     # the job's latest tokens/s fell min_drop_pct below its earlier median
+    "memory_growth",  # a GPU's memory use rose steadily by min_growth_pct over the samples seen
     "node_labels",    # a relevant node's labels, as key=value lines
 ]
 
@@ -69,6 +71,10 @@ class Signal(Strict):
     """progress: no new step for at least this long; co_failures/attempts: time window."""
     min_count: int | None = None
     """co_failures / attempts: how many."""
+    min_drop_pct: float | None = None
+    """throughput: how far below the earlier median the latest rate must be."""
+    min_growth_pct: float | None = None
+    """memory_growth: how much a GPU's memory use must have grown, first sample to last."""
     config_key: str | None = None
     config_ge: float | None = None
     config_values: list[Any] | None = None

@@ -179,6 +179,17 @@ def signal_hits(idx: int, sig: Signal, pattern, ev: Evidence) -> list[Hit]:
                 quiet = (ev.now - doc.last_time).total_seconds() / 60
                 if quiet <= (sig.min_minutes or 10):
                     hits.append(Hit(idx, doc.entity, f"{doc.entity[4:]}: last log line {quiet:.0f} min ago", doc.call))
+    elif sig.where == "throughput":
+        for j in focus:
+            rates = [p.tokens_per_sec for p in sorted(ev.progress.get(j, ([], []))[0], key=lambda p: p.time)
+                     if p.tokens_per_sec]
+            if len(rates) >= 3:
+                earlier = sorted(rates[:-1])[len(rates[:-1]) // 2]
+                drop = 100 * (1 - rates[-1] / earlier) if earlier else 0
+                if drop >= (sig.min_drop_pct or 30):
+                    hits.append(Hit(idx, f"job:{j}", f"job {j}: {rates[-1]:g} tokens/s, {drop:.0f}% below its usual {earlier:g}", f"training_progress:{j}"))
+    elif sig.where == "memory_growth":
+        hits = _memory_growth_hits(idx, sig, ev)
     elif sig.where == "node_labels":
         for n in ev.relevant_nodes():
             labels = (ev.nodes.get(n) or {}).get("labels") or {}
@@ -194,6 +205,27 @@ def signal_hits(idx: int, sig: Signal, pattern, ev: Evidence) -> list[Hit]:
             failed = [a for a in (facts.attempts if facts else []) if str(a.get("state", "")).upper() != "COMPLETED"]
             if len(failed) + 1 >= (sig.min_count or 2):
                 hits.append(Hit(idx, f"job:{j}", f"job {j}: {len(failed) + 1} failed attempts", f"job_history:{j}"))
+    return hits
+
+
+def _memory_growth_hits(idx: int, sig: Signal, ev: Evidence) -> list[Hit]:
+    """A GPU whose memory use only ever rises across the samples: a leak, not a big batch."""
+    hits = []
+    for node, samples in ev.telemetry.items():
+        by_gpu: dict[int, list] = {}
+        for s in samples:
+            if s.time and s.memory_used_mib is not None:
+                by_gpu.setdefault(s.index, []).append(s)
+        for index, series in sorted(by_gpu.items()):
+            series = sorted({s.time: s for s in series}.values(), key=lambda s: s.time)
+            used = [s.memory_used_mib for s in series]
+            if len(used) < 3 or used[0] <= 0 or any(b < a for a, b in zip(used, used[1:])):
+                continue
+            growth = 100 * (used[-1] / used[0] - 1)
+            if growth >= (sig.min_growth_pct or 20):
+                hits.append(Hit(idx, f"node:{node}", f"{node} GPU {index}: memory {used[0]:g} -> {used[-1]:g} MiB "
+                                f"over {len(used)} samples (+{growth:.0f}%)", f"gpu_metrics:{node}"))
+                break
     return hits
 
 
