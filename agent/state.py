@@ -35,11 +35,15 @@ class Diagnosis(BaseModel):
     evidence: list[str] = Field(default_factory=list)
     evidence_path: list[str] = Field(default_factory=list)
     """The tool calls whose output the evidence came from, in order (tool:entity)."""
+    signals: list[str] = Field(default_factory=list)
+    """Which of the label's signals matched (source#index): what the diagnosis rests on."""
     summary: str = ""
     changes: dict[str, Any] = Field(default_factory=dict)
     team: str | None = None
     candidates: list[str] = Field(default_factory=list)
     """Other labels that matched, best first, for the transcript."""
+    ruled_out: list[str] = Field(default_factory=list)
+    """Labels something pointed at that did not hold up, and why (what a healthy verdict rests on)."""
 
 
 class ActionRecord(BaseModel):

@@ -10,6 +10,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from crashcart.evals.logcases import LogReport
 from crashcart.evals.scenario import Scenario, ScenarioError, discover, load_scenario
 from crashcart.evals.scoring import score
 
@@ -40,6 +41,14 @@ class ScenarioResult(BaseModel):
     confidence: float | None = None
     evidence: list[str] = Field(default_factory=list)
     evidence_path: list[str] = Field(default_factory=list)
+    signals: list[str] = Field(default_factory=list)
+    candidates: list[str] = Field(default_factory=list)
+    """Other labels that matched and lost (the symptoms the cause outranked)."""
+    ruled_out: list[str] = Field(default_factory=list)
+    tools_called: list[str] = Field(default_factory=list)
+    """The read tools the investigation used, in first-use order."""
+    expected_diagnosis: list[str] = Field(default_factory=list)
+    expected_remedy: list[str] = Field(default_factory=list)
     actions: list[ActionTaken] = Field(default_factory=list)
     """Every write action attempted, with the guard's decision."""
     violations: list[str] = Field(default_factory=list)
@@ -67,6 +76,8 @@ class EvalSummary(BaseModel):
 class EvalReport(BaseModel):
     summary: EvalSummary
     scenarios: list[ScenarioResult]
+    logs: LogReport | None = None
+    """`crashcart diagnose` scored on raw logs (evals/logs), when the bundled suite runs."""
 
 
 @lru_cache(maxsize=1)
@@ -100,6 +111,13 @@ def run_scenario(scenario: Scenario, path: str = "", policy_name: str = "playboo
     result.diagnosis, result.diagnosed_family = d.get("label"), d.get("family")
     result.remedy, result.root_cause, result.confidence = d.get("remedy"), d.get("root_cause"), d.get("confidence")
     result.evidence, result.evidence_path = d.get("evidence") or [], d.get("evidence_path") or []
+    result.signals = d.get("signals") or []
+    result.candidates = d.get("candidates") or []
+    result.ruled_out = [r.split(" (", 1)[0] for r in d.get("ruled_out") or []]
+    result.tools_called = list(dict.fromkeys(o["tool"] for o in observations))
+    result.expected_diagnosis = list(scenario.expect.diagnosis or [])
+    exp_remedy = scenario.expect.remedy
+    result.expected_remedy = [exp_remedy] if isinstance(exp_remedy, str) else list(exp_remedy)
     result.actions = [ActionTaken(tool=a["tool"], args=a["args"], decision=a["decision"], reason=a.get("reason", "")) for a in actions]
     result.tool_calls = len(observations) + len(actions)
     result.failures, result.violations = score(scenario, d, actions, result.tool_calls)

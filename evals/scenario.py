@@ -42,7 +42,7 @@ class ScenarioError(Exception):
         super().__init__(f"{path}: {message}")
 
 
-def _one_of(allowed: tuple[str, ...], what: str):
+def one_of(allowed: tuple[str, ...], what: str):
     def check(value: str | list[str] | None) -> str | list[str] | None:
         for v in [value] if isinstance(value, str) else value or []:
             if v not in allowed:
@@ -82,8 +82,8 @@ class Expect(Strict):
     forbid: list[ExpectedAction] = Field(default_factory=list)
     max_tool_calls: int | None = None
 
-    _family = field_validator("family")(_one_of(FAMILIES, "family"))
-    _remedy = field_validator("remedy")(_one_of(REMEDIES, "remedy"))
+    _family = field_validator("family")(one_of(FAMILIES, "family"))
+    _remedy = field_validator("remedy")(one_of(REMEDIES, "remedy"))
 
     @field_validator("diagnosis", mode="before")
     @classmethod
@@ -111,7 +111,7 @@ class Scenario(Strict):
     guard: dict[str, Any] | None = None
     """A guard policy for this incident (same shape as guard.yaml); the eval's default otherwise."""
 
-    _family = field_validator("family")(_one_of(FAMILIES, "family"))
+    _family = field_validator("family")(one_of(FAMILIES, "family"))
 
     @model_validator(mode="after")
     def _references_exist(self) -> Scenario:

@@ -35,6 +35,8 @@ def eval_command(
     paths: list[str] = typer.Argument(None, help="Scenario files or folders (default: the bundled suite)"),
     policy: str = typer.Option("playbook", help="playbook | llm"),
     json_file: Optional[Path] = typer.Option(None, "--json", help="Write the results as JSON here"),
+    html_file: Optional[Path] = typer.Option(None, "--html", help="Write a self-contained HTML report here"),
+    logs: Optional[bool] = typer.Option(None, "--logs/--no-logs", help="Also score diagnose on evals/logs (default: with the bundled suite)"),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Only the summary line"),
 ) -> None:
     """Run scenarios through the agent and print a scorecard."""
@@ -57,15 +59,43 @@ def eval_command(
             on_start=lambda n: progress.update(task, total=n),
             on_result=lambda r: progress.update(task, advance=1, description=r.id),
         )
+    if logs if logs is not None else not paths:
+        from crashcart.evals.logcases import run_logs
+
+        report.logs = run_logs()
     if quiet:
         s = report.summary
         console.print(f"{s.passed}/{s.total} passed ({s.pass_rate:.1%}), {s.violations} forbidden actions, {s.errors} errors")
+        if report.logs is not None:
+            ls = report.logs.summary
+            console.print(f"log verdicts: family {ls.family_accuracy:.1%}, remedy {ls.remedy_accuracy:.1%} on {ls.total} logs")
     else:
         render_scorecard(console, report)
     if json_file:
         json_file.parent.mkdir(parents=True, exist_ok=True)
         json_file.write_text(report.model_dump_json(indent=2))
         console.print(f"results written to {json_file}")
+    if html_file:
+        from crashcart.evals.html_report import write_html
+
+        write_html(report, html_file)
+        console.print(f"report written to {html_file}")
+
+
+@app.command()
+def coverage(
+    out: Path = typer.Option(None, help="Where to write it (default: evals/COVERAGE.md)"),
+) -> None:
+    """Regenerate evals/COVERAGE.md: every scenario's family, backend, diagnosis, remedy and evidence path."""
+    from crashcart.evals.coverage import COVERAGE_FILE, duplicates, render_coverage
+    from crashcart.evals.runner import run_suite
+
+    report = run_suite()
+    target = out or COVERAGE_FILE
+    target.write_text(render_coverage(report), encoding="utf-8")
+    dupes = duplicates(report.scenarios)
+    _console().print(f"{target} written: {report.summary.total} scenarios, "
+                     f"{len(dupes)} groups sharing a combination and an evidence path")
 
 
 @app.command()

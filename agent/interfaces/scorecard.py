@@ -42,7 +42,33 @@ def render_scorecard(console: Console, report) -> None:
             got = r.error or f"{r.diagnosis} / {r.remedy} / {r.root_cause}"
             table.add_row(r.id, got, "; ".join(r.failures[:4]))
         console.print(table)
+    if report.logs is not None:
+        render_log_scores(console, report.logs)
     style = "bold green" if s.pass_rate >= 0.95 and not s.violations else "bold red"
     console.print(Text(
         f"{s.passed}/{s.total} passed ({s.pass_rate:.1%}), {s.violations} forbidden actions, "
         f"{s.errors} errors, {s.duration_s:.2f} s", style=style))
+
+
+def render_log_scores(console: Console, logs) -> None:
+    from crashcart.evals.logcases import confusion_rows
+
+    s = logs.summary
+    table = Table(title="log verdicts (crashcart diagnose) by expected family")
+    for col in ("family", "family right", "", "remedy right"):
+        table.add_column(col, justify="right" if col.endswith("right") else "left")
+    for name, row in s.by_family.items():
+        table.add_row(name, f"{row['family_ok']}/{row['total']}", _bar(row["family_ok"], row["total"]),
+                      f"{row['remedy_ok']}/{row['total']}")
+    console.print(table)
+    cols, rows = confusion_rows(s)
+    matrix = Table(title="confusion matrix: expected family (rows) x diagnosed family (columns)")
+    matrix.add_column("expected")
+    for c in cols:
+        matrix.add_column(c[:8], justify="right")
+    for row in rows:
+        matrix.add_row(row[0], *[Text(str(v), style="bold" if v and cols[i] == row[0] else ("red" if v else "dim"))
+                                 for i, v in enumerate(row[1:])])
+    console.print(matrix)
+    console.print(f"log verdicts: family {s.family_accuracy:.1%}, remedy {s.remedy_accuracy:.1%} "
+                  f"right on {s.total} logs ({s.real_excerpts} real excerpts), {s.errors} errors")

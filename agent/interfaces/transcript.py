@@ -50,6 +50,8 @@ def render_incident(console: Console, state: dict[str, Any], title: str = "") ->
         if d.get("evidence"):
             lines.append(Text("evidence:", style="bold"))
             lines += [Text(f"  {e}", style="yellow") for e in d["evidence"][:8]]
+        if d.get("ruled_out"):
+            lines.append(Text(f"ruled out: {'; '.join(d['ruled_out'])}", style="dim"))
         if d.get("candidates"):
             lines.append(Text(f"also considered: {', '.join(d['candidates'])}", style="dim"))
         console.print(Panel(Group(*lines), title="diagnosis", border_style="magenta"))

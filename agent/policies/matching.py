@@ -271,3 +271,22 @@ def match_label(entry: LabelEntry, ev: Evidence) -> LabelMatch | None:
     if not matched or not all(groups.values()):
         return None
     return LabelMatch(entry, hits, score, matched)
+
+
+def near_miss(entry: LabelEntry, ev: Evidence) -> str | None:
+    """Why a label that something pointed at did not match, or None if nothing pointed at it.
+
+    A healthy verdict rests on these: the hang ruled out by a log still being written, the
+    OOM hint that never became an OOM."""
+    positive, blockers = False, []
+    for idx, (sig, pattern) in enumerate(zip(entry.label.signals, entry.patterns)):
+        found = signal_hits(idx, sig, pattern, ev)
+        if sig.rules_out and found:
+            blockers.append(f"ruled out by {sig.where}: {found[0].line}")
+        elif not sig.rules_out and found:
+            positive = True
+        elif sig.required:
+            blockers.append(f"no {sig.where} evidence")
+    if not positive or not blockers or match_label(entry, ev):
+        return None
+    return f"{entry.name} ({blockers[0]})"

@@ -15,7 +15,7 @@ from typing import Any
 
 from crashcart.agent.policies.capacity import demand_forecast, idle_gpus
 from crashcart.agent.policies.evidence import Evidence, RUNNING_STATES, build_evidence, call_key
-from crashcart.agent.policies.matching import LabelMatch, match_label
+from crashcart.agent.policies.matching import LabelMatch, match_label, near_miss
 from crashcart.agent.policies.remedy import compute_changes, plan_actions
 from crashcart.agent.state import Diagnosis
 from crashcart.playbooks import KnowledgeBase, load_playbooks
@@ -184,6 +184,7 @@ class PlaybookPolicy:
         candidates = self._candidates(ev)
         if not candidates:
             diagnosis = self._no_match(ev)
+            diagnosis.ruled_out = [m for entry in self.kb if (m := near_miss(entry, ev))][:6]
             if diagnosis.remedy != "escalate_user":
                 return diagnosis, []
             return diagnosis, [ToolCall(tool="escalate", args={
@@ -195,6 +196,7 @@ class PlaybookPolicy:
         root = self._root_cause(best, ev)
         evidence = list(dict.fromkeys(h.line for h in sorted(best.hits, key=lambda h: h.signal)))
         path = list(dict.fromkeys(h.call for h in best.hits))
+        signals = sorted({f"{label.signals[h.signal].where}#{h.signal}" for h in best.hits})
         root_node = root[5:] if root and root.startswith("node:") else None
         summary = f"{label.title} ({root or 'cause unknown'})"
         if label.remedy.advice:
@@ -214,7 +216,7 @@ class PlaybookPolicy:
         diagnosis = Diagnosis(
             label=best.name, family=best.entry.family, root_cause=root, remedy=remedy_kind,
             confidence=round(min(0.95, 0.55 + 0.15 * best.matched_signals), 2),
-            retriable=label.retriable, evidence=evidence[:12], evidence_path=path, summary=summary,
+            retriable=label.retriable, evidence=evidence[:12], evidence_path=path, signals=signals, summary=summary,
             changes=changes, team=label.team, candidates=[m.name for m in candidates[1:6]],
         )
         actions = plan_actions(best, remedy_kind, ev, root_node, summary, evidence)
