@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Any
 
@@ -12,6 +12,7 @@ from crashcart.agent.guard import Guard, GuardPolicy
 from crashcart.agent.policies.base import Policy
 from crashcart.agent.store import IncidentStore
 from crashcart.tools import Backend
+from crashcart.tools.tape import RecordingBackend, Tape
 
 
 @dataclass
@@ -28,8 +29,12 @@ def make_deps(backend: Backend, policy: Policy, guard_policy: GuardPolicy, store
 
 
 def start_incident(deps: Deps, trigger: dict[str, Any], *, cluster: str, source: str,
-                   checkpointer: Any = None, incident_id: str | None = None) -> IncidentRun:
+                   checkpointer: Any = None, incident_id: str | None = None, record: bool = False) -> IncidentRun:
+    """Run one incident. With `record`, every tool call and result goes to a tape in the store."""
     incident_id = incident_id or f"inc-{uuid.uuid4().hex[:12]}"
+    if record:
+        meta = {"trigger": trigger, "cluster": cluster, "guard": deps.guard.policy.model_dump(mode="json")}
+        deps = replace(deps, backend=RecordingBackend(deps.backend, Tape(backend=deps.backend.kind, meta=meta)))
     deps.store.open_incident(cluster, source, trigger, incident_id=incident_id, at=deps.backend.now())
     durable = checkpointer is not None
     graph = build_graph(checkpointer) if durable else _in_memory_graph()
@@ -38,15 +43,26 @@ def start_incident(deps: Deps, trigger: dict[str, Any], *, cluster: str, source:
     # A durable run checkpoints every step (it must survive a crash); an in-memory one only
     # where it stops, which is all an approval needs and much cheaper.
     result = graph.invoke(initial, config, context=deps, durability="sync" if durable else "exit")
+    _save_tape(deps, incident_id)
     return IncidentRun(incident_id, _plain(result), "__interrupt__" in result)
+
+
+def _save_tape(deps: Deps, incident_id: str) -> None:
+    if isinstance(deps.backend, RecordingBackend):
+        deps.store.save_tape(incident_id, deps.backend.tape.to_jsonl())
 
 
 def resume_incident(deps: Deps, incident_id: str, answer: dict[str, Any], checkpointer: Any) -> IncidentRun:
     from langgraph.types import Command
 
+    recorded = deps.store.load_tape(incident_id)
+    if recorded is not None:
+        # The tape goes on where the first process left it: one incident, one tape.
+        deps = replace(deps, backend=RecordingBackend(deps.backend, Tape.from_jsonl(recorded, incident_id)))
     graph = build_graph(checkpointer)
     config = {"configurable": {"thread_id": incident_id}, "recursion_limit": 100}
     result = graph.invoke(Command(resume=answer), config, context=deps)
+    _save_tape(deps, incident_id)
     return IncidentRun(incident_id, _plain(result), "__interrupt__" in result)
 
 

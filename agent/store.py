@@ -42,6 +42,8 @@ CREATE TABLE IF NOT EXISTS actions (
 CREATE TABLE IF NOT EXISTS approvals (
     action_id TEXT, incident_id TEXT, approver TEXT, approved BOOLEAN, "at" TIMESTAMP,
     used BOOLEAN);
+CREATE TABLE IF NOT EXISTS tapes (
+    incident_id TEXT PRIMARY KEY, tape TEXT);
 CREATE TABLE IF NOT EXISTS breaker (
     cluster TEXT PRIMARY KEY, tripped BOOLEAN, reason TEXT, tripped_at TIMESTAMP,
     reset_by TEXT, reset_at TIMESTAMP);
@@ -243,6 +245,17 @@ class IncidentStore:
                 pending, self._pending_calls = self._pending_calls, []
                 self._insert_many("tool_calls", pending)
                 self._con.execute("COMMIT")
+
+    def save_tape(self, incident_id: str, tape_jsonl: str) -> None:
+        """Every tool call of a live incident and its result, for replay and export."""
+        with self.lock:
+            self._con.execute("DELETE FROM tapes WHERE incident_id = ?", [incident_id])
+            self._con.execute("INSERT INTO tapes VALUES (?, ?)", [incident_id, tape_jsonl])
+
+    def load_tape(self, incident_id: str) -> str | None:
+        with self.lock:
+            row = self._con.execute("SELECT tape FROM tapes WHERE incident_id = ?", [incident_id]).fetchone()
+        return row[0] if row else None
 
     def executed_action_ids(self, incident_id: str) -> set[str]:
         with self.lock:

@@ -192,7 +192,8 @@ def investigate(
     sc, deps = _scenario_deps(scenario, mode, guard, str(state_dir / "incidents.duckdb"))
     saver = _checkpointer(state_dir / "checkpoints.sqlite")
     console = _console()
-    run = start_incident(deps, sc.trigger.model_dump(), cluster=sc.id, source=f"scenario:{scenario}", checkpointer=saver)
+    run = start_incident(deps, sc.trigger.model_dump(), cluster=sc.id, source=f"scenario:{scenario}",
+                         checkpointer=saver, record=True)
     render_incident(console, run.state, title=f"{sc.id}: {sc.title}")
     if not run.interrupted:
         return
@@ -231,6 +232,62 @@ def approve(
     render_incident(_console(), run.state, title=f"{incident} after {'rejection' if reject else 'approval'} by {approver}")
 
 
+def _open_store(state_dir: Path):
+    from crashcart.agent.store import IncidentStore
+
+    path = state_dir / "incidents.duckdb"
+    if not path.exists():
+        _fail(f"{path}: no incident store yet")
+    return IncidentStore(str(path))
+
+
+@app.command()
+def replay(
+    incident: str = typer.Argument(..., help="A recorded incident id"),
+    state_dir: Path = typer.Option(DEFAULT_STATE_DIR),
+) -> None:
+    """Re-run the agent on an incident's tape and show where its decisions now differ."""
+    from crashcart.agent.replay import replay_incident
+
+    try:
+        result = replay_incident(_open_store(state_dir), incident)
+    except LookupError as e:
+        _fail(str(e))
+    console = _console()
+    if not result.differences:
+        console.print(f"[green]{incident}: the agent decides exactly as it did[/] "
+                      f"({result.replayed.get('label')}, {result.replayed.get('remedy')})")
+        return
+    console.print(f"[yellow]{incident}: {len(result.differences)} difference(s)[/]")
+    for line in result.differences:
+        console.print(f"  {line}", highlight=False)
+    raise typer.Exit(1)
+
+
+@app.command("export")
+def export_command(
+    incident: str = typer.Argument(..., help="A recorded incident id"),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Scenario file to write (default: stdout)"),
+    state_dir: Path = typer.Option(DEFAULT_STATE_DIR),
+) -> None:
+    """Write a recorded incident as a scenario file that `crashcart eval` accepts."""
+    from crashcart.evals.export import scenario_from_incident
+    from crashcart.tools.tape import Tape
+
+    store = _open_store(state_dir)
+    detail, text = store.get_incident(incident), store.load_tape(incident)
+    if detail is None or text is None:
+        _fail(f"incident {incident} is not in the store or was not recorded")
+    last = {d.action_id: (d.tool, d.args, d.decision) for d in detail.decisions}
+    yaml_text = scenario_from_incident(incident, Tape.from_jsonl(text, incident), detail.incident.diagnosis or {},
+                                       list(last.values()))
+    if out:
+        out.write_text(yaml_text, encoding="utf-8")
+        _console().print(f"{out} written; confirm its expect block before adding it to the suite")
+    else:
+        print(yaml_text, end="")
+
+
 @app.command()
 def incidents(
     state_dir: Path = typer.Option(DEFAULT_STATE_DIR),
@@ -246,7 +303,8 @@ def incidents(
         _fail(f"{path}: no incident store yet")
     store = IncidentStore(str(path))
     table = Table(title="incidents")
-    for col in ("id", "cluster", "status", "diagnosis", "opened"):
+    table.add_column("id", no_wrap=True)
+    for col in ("cluster", "status", "diagnosis", "opened"):
         table.add_column(col)
     for inc in store.list_incidents(limit=limit):
         label = (inc.diagnosis or {}).get("label", "") if isinstance(inc.diagnosis, dict) else ""

@@ -1,0 +1,67 @@
+"""`crashcart replay`: run the agent again on a recorded incident's tape and show what changed.
+
+The calls are served from the tape, so the cluster is exactly as it was; what may differ is
+the agent (new playbooks, a new policy) and so its diagnosis, its actions and the guard's
+decisions on them. A call the recorded run never made cannot be answered and shows up as a
+failed observation, which is itself a difference worth seeing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from crashcart.agent.guard import policy_from_dict
+from crashcart.agent.policies import make_policy
+from crashcart.agent.runner import make_deps, start_incident
+from crashcart.agent.store import IncidentStore
+from crashcart.tools.tape import ReplayBackend, Tape
+
+COMPARED = ("label", "family", "root_cause", "remedy")
+
+
+@dataclass
+class ReplayResult:
+    incident_id: str
+    differences: list[str] = field(default_factory=list)
+    recorded: dict[str, Any] = field(default_factory=dict)
+    replayed: dict[str, Any] = field(default_factory=dict)
+
+
+def _actions(decisions: list[tuple[str, dict[str, Any], str]]) -> dict[str, str]:
+    out = {}
+    for tool, args, decision in decisions:
+        key = f"{tool} " + ", ".join(f"{k}={v}" for k, v in sorted(args.items()) if k not in {"reason", "summary", "evidence"})
+        out[key] = decision
+    return out
+
+
+def replay_incident(store: IncidentStore, incident_id: str, policy_name: str = "playbook") -> ReplayResult:
+    detail = store.get_incident(incident_id)
+    text = store.load_tape(incident_id)
+    if detail is None:
+        raise LookupError(f"incident {incident_id!r} is not in the store")
+    if text is None:
+        raise LookupError(f"incident {incident_id!r} has no tape (it was not recorded)")
+    tape = Tape.from_jsonl(text, incident_id)
+    backend = ReplayBackend(tape)
+    guard_policy = policy_from_dict(tape.meta.get("guard") or {}, source=f"{incident_id}: recorded guard")
+    scratch = IncidentStore(":memory:")
+    deps = make_deps(backend, make_policy(policy_name), guard_policy, scratch, cluster=tape.meta.get("cluster", "replay"))
+    run = start_incident(deps, tape.meta.get("trigger") or detail.incident.trigger or {},
+                         cluster=tape.meta.get("cluster", "replay"), source=f"replay:{incident_id}")
+    before = detail.incident.diagnosis or {}
+    after = run.state.get("diagnosis") or {}
+    result = ReplayResult(incident_id, recorded=before, replayed=after)
+    for key in COMPARED:
+        if before.get(key) != after.get(key):
+            result.differences.append(f"{key}: was {before.get(key)!r}, now {after.get(key)!r}")
+    last: dict[str, Any] = {}
+    for d in detail.decisions:
+        last[d.action_id] = (d.tool, d.args, d.decision)
+    was = _actions(list(last.values()))
+    now = _actions([(a["tool"], a["args"], a["decision"]) for a in run.state.get("actions") or []])
+    for key in sorted(was.keys() | now.keys()):
+        if was.get(key) != now.get(key):
+            result.differences.append(f"action {key}: was {was.get(key) or 'not planned'}, now {now.get(key) or 'not planned'}")
+    return result
