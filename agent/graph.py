@@ -20,6 +20,7 @@ from crashcart.agent.report import incident_summary
 from crashcart.agent.state import ActionRecord, IncidentState, Observation
 from crashcart.agent.store import IncidentStore
 from crashcart.tools import REGISTRY, Backend, ToolCall, ToolError
+from crashcart.tools.backends.base import acting_for
 
 MAX_ROUNDS = 8
 OUTPUT_EXCERPT = 2000
@@ -49,6 +50,7 @@ def build_graph(checkpointer: Any = None):
 
     def triage(state: IncidentState, runtime: Runtime[Deps]) -> dict[str, Any]:
         deps = runtime.context
+        deps.store.update_incident(state["incident_id"], status="investigating", at=deps.backend.now())
         return {"status": "investigating", "rounds": 0, "observations": [], "actions": []}
 
     def investigate(state: IncidentState, runtime: Runtime[Deps]) -> dict[str, Any]:
@@ -115,7 +117,12 @@ def build_graph(checkpointer: Any = None):
         updated = []
         for a in state.get("actions") or []:
             if a["decision"] == "allow" and a["action_id"] not in done and a.get("result") is None:
-                ok, out, err = _call_tool(deps, ToolCall(tool=a["tool"], args=a["args"]))
+                args = dict(a["args"])
+                if a["tool"] == "resubmit":
+                    # If crashcart dies between submitting and journaling, the retry finds the job.
+                    args["request_id"] = a["action_id"]
+                with acting_for(state["incident_id"]):  # a live backend names the incident on the cluster
+                    ok, out, err = _call_tool(deps, ToolCall(tool=a["tool"], args=args))
                 result = out.model_dump(mode="json") if out is not None else None
                 a = {**a, "result": result, "error": err}
                 deps.store.record_action(

@@ -112,6 +112,10 @@ class ResubmitInput(WriteInput):
         description="Config keys to set, dotted for nested (env.NCCL_SOCKET_IFNAME)",
     )
     exclude_nodes: list[str] = Field(default_factory=list)
+    request_id: str | None = Field(
+        None, description="Idempotency key, set by crashcart when it acts: a resubmit whose key "
+        "was already used returns the job it created instead of submitting again",
+    )
 
 
 class NodeWriteInput(WriteInput):

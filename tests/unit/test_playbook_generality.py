@@ -17,6 +17,9 @@ from crashcart.playbooks._model import Signal
 from crashcart.tools.cluster import Job
 
 
+SHARED_ACCOUNTS = {"system", "root", "admin", "default", "nobody", "slurm", "ray"}
+
+
 @dataclass(frozen=True)
 class Literal:
     kind: str
@@ -46,6 +49,9 @@ def scenario_literals() -> list[Literal]:
             found.append(Literal("job id", sc.trigger.job, sc.id))
         if sc.trigger.node:
             found.append(Literal("node", sc.trigger.node, sc.id))
+    # Accounts every cluster has are words of the error texts themselves ("unhandled system
+    # error"), not names a scenario made up.
+    found = [lit for lit in found if lit.value.lower() not in SHARED_ACCOUNTS]
     unique = {(lit.kind, lit.value.lower()): lit for lit in found}
     return sorted(unique.values(), key=lambda lit: (lit.kind, lit.value))
 

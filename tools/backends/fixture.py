@@ -18,7 +18,7 @@ from pydantic import BaseModel
 
 from crashcart.tools import render
 from crashcart.tools._spec import ALL_BACKENDS, ToolCall, ToolError, ToolInput, ToolSpec
-from crashcart.tools.backends.base import ActionTarget, Backend
+from crashcart.tools.backends.base import STUCK_PENDING_REASONS, ActionTarget, Backend, ClusterChanges
 from crashcart.tools.catalog import (
     ActionOutput, CancelInput, ConfigOutput, DescribeInput, DescribeOutput, EscalateInput, EventsInput,
     EventsOutput, GpuOutput, HistoryInput, JobInput, JobRow, JobsOutput, ListJobsInput, LogOutput,
@@ -62,6 +62,8 @@ class FixtureBackend(Backend):
         self.kind = kind
         self.cluster = cluster.model_copy(deep=True)  # the scenario's own copy stays pristine
         self.escalations: list[dict[str, Any]] = []
+        self.requests: dict[str, str] = {}
+        """resubmit request ids already served -> the job each created (the submit comment on Slurm)."""
         self.notifications: list[dict[str, Any]] = []
 
     def now(self) -> datetime:
@@ -403,6 +405,10 @@ class FixtureBackend(Backend):
 
     def _tool_resubmit(self, a: ResubmitInput) -> ActionOutput:
         old = self._job(a.job)
+        if a.request_id in self.requests:
+            # The same request again (crashcart restarted mid-action): answer, don't resubmit twice.
+            done = self.requests[a.request_id]
+            return ActionOutput(ok=True, message=f"Already submitted as {done} (request {a.request_id})", new_job=done)
         for name in a.exclude_nodes:
             self._node(name)
         config = copy.deepcopy(old.config)
@@ -424,6 +430,8 @@ class FixtureBackend(Backend):
             "attempts": [*copy.deepcopy(old.attempts), old.model_copy(deep=True, update={"attempts": []})],
         })
         self.cluster.jobs.append(new)
+        if a.request_id:
+            self.requests[a.request_id] = new.id
         details = "".join([f"; changes {a.changes}" if a.changes else "",
                            f"; excluding {','.join(excluded)}" if excluded else ""])
         message = {
@@ -465,3 +473,29 @@ class FixtureBackend(Backend):
                 restarts_without_progress=restarts, last_checkpoint=last,
             )
         return ActionTarget(tool=call.tool)
+
+    # --- watching -------------------------------------------------------------------------
+
+    FAILED_STATES = frozenset({"FAILED", "NODE_FAIL", "OUT_OF_MEMORY", "TIMEOUT", "BOOT_FAIL",
+                               "PREEMPTED", "DEADLINE", "OOMKILLED", "ERROR", "EVICTED"})
+
+    def changes_since(self, since: datetime, stall_minutes: float) -> ClusterChanges:
+        now = self.now()
+        stall = timedelta(minutes=stall_minutes)
+        changes = ClusterChanges(now=now)
+        for job in self.cluster.jobs:
+            state = job.state.upper()
+            if state in self.FAILED_STATES and job.end_time and since < job.end_time <= now:
+                changes.failed.append(self._row(job))
+            elif state == "RUNNING" and job.progress:
+                last = max(job.progress, key=lambda p: p.time)
+                changed = max((p.time for p in job.progress if p.step != last.step), default=None)
+                # The first sample after the last step change is when progress stopped.
+                stopped = min((p.time for p in job.progress if p.step == last.step
+                               and (changed is None or p.time > changed)), default=last.time)
+                if now - stopped >= stall:
+                    changes.stalled.append(self._row(job))
+            elif state == "PENDING" and job.reason in STUCK_PENDING_REASONS:
+                changes.pending.append(self._row(job))
+        changes.nodes_down = [self._node_row(n) for n in self.cluster.nodes if n.state in ("down", "not_ready")]
+        return changes
