@@ -29,13 +29,16 @@ def make_deps(backend: Backend, policy: Policy, guard_policy: GuardPolicy, store
 
 
 def start_incident(deps: Deps, trigger: dict[str, Any], *, cluster: str, source: str,
-                   checkpointer: Any = None, incident_id: str | None = None, record: bool = False) -> IncidentRun:
-    """Run one incident. With `record`, every tool call and result goes to a tape in the store."""
+                   checkpointer: Any = None, incident_id: str | None = None, record: bool = False,
+                   opened: bool = False) -> IncidentRun:
+    """Run one incident. With `record`, every tool call and result goes to a tape in the store;
+    `opened` means the store already holds the incident (the watch loop claimed it)."""
     incident_id = incident_id or f"inc-{uuid.uuid4().hex[:12]}"
     if record:
         meta = {"trigger": trigger, "cluster": cluster, "guard": deps.guard.policy.model_dump(mode="json")}
         deps = replace(deps, backend=RecordingBackend(deps.backend, Tape(backend=deps.backend.kind, meta=meta)))
-    deps.store.open_incident(cluster, source, trigger, incident_id=incident_id, at=deps.backend.now())
+    if not opened:
+        deps.store.open_incident(cluster, source, trigger, incident_id=incident_id, at=deps.backend.now())
     durable = checkpointer is not None
     graph = build_graph(checkpointer) if durable else _in_memory_graph()
     config = {"configurable": {"thread_id": incident_id}, "recursion_limit": 100}
@@ -62,6 +65,24 @@ def resume_incident(deps: Deps, incident_id: str, answer: dict[str, Any], checkp
     graph = build_graph(checkpointer)
     config = {"configurable": {"thread_id": incident_id}, "recursion_limit": 100}
     result = graph.invoke(Command(resume=answer), config, context=deps)
+    _save_tape(deps, incident_id)
+    return IncidentRun(incident_id, _plain(result), "__interrupt__" in result)
+
+
+def resume_unfinished(deps: Deps, incident_id: str, checkpointer: Any) -> IncidentRun:
+    """Carry on with an incident a crash interrupted: from its last checkpoint, or from the
+    start when it was claimed but never began. Executed actions are journaled, so none runs twice."""
+    graph = build_graph(checkpointer)
+    config = {"configurable": {"thread_id": incident_id}, "recursion_limit": 100}
+    if not graph.get_state(config).values:
+        detail = deps.store.get_incident(incident_id)
+        return start_incident(deps, detail.incident.trigger or {}, cluster=detail.incident.cluster,
+                              source="watch", checkpointer=checkpointer, incident_id=incident_id,
+                              record=True, opened=True)
+    recorded = deps.store.load_tape(incident_id)
+    if recorded is not None:
+        deps = replace(deps, backend=RecordingBackend(deps.backend, Tape.from_jsonl(recorded, incident_id)))
+    result = graph.invoke(None, config, context=deps)
     _save_tape(deps, incident_id)
     return IncidentRun(incident_id, _plain(result), "__interrupt__" in result)
 

@@ -42,6 +42,12 @@ CREATE TABLE IF NOT EXISTS actions (
 CREATE TABLE IF NOT EXISTS approvals (
     action_id TEXT, incident_id TEXT, approver TEXT, approved BOOLEAN, "at" TIMESTAMP,
     used BOOLEAN);
+CREATE TABLE IF NOT EXISTS incident_states (
+    incident_id TEXT, status TEXT, "at" TIMESTAMP);
+CREATE TABLE IF NOT EXISTS watch (
+    cluster TEXT PRIMARY KEY, cursor TIMESTAMP);
+CREATE TABLE IF NOT EXISTS detections (
+    cluster TEXT, "key" TEXT, incident_id TEXT, "at" TIMESTAMP, PRIMARY KEY (cluster, "key"));
 CREATE TABLE IF NOT EXISTS tapes (
     incident_id TEXT PRIMARY KEY, tape TEXT);
 CREATE TABLE IF NOT EXISTS breaker (
@@ -246,6 +252,34 @@ class IncidentStore:
                 self._insert_many("tool_calls", pending)
                 self._con.execute("COMMIT")
 
+    # --- the watch loop ---------------------------------------------------------
+
+    def watch_cursor(self, cluster: str) -> datetime | None:
+        with self.lock:
+            row = self._con.execute("SELECT cursor FROM watch WHERE cluster = ?", [cluster]).fetchone()
+        return _py_time(row[0]) if row else None
+
+    def set_watch_cursor(self, cluster: str, at: datetime) -> None:
+        with self.lock:
+            self._con.execute("INSERT OR REPLACE INTO watch VALUES (?, ?)", [cluster, _db_time(at)])
+
+    def claim_detection(self, cluster: str, keys: list[str], trigger: dict[str, Any], *, at: datetime) -> str | None:
+        """Open an incident for these failures unless one of them already has one.
+
+        One transaction: after a crash the failure is either claimed with its incident, or
+        not seen at all, so it is neither lost nor acted on twice."""
+        with self.batch():
+            marks = ", ".join("?" * len(keys))
+            seen = self._con.execute(
+                f'SELECT 1 FROM detections WHERE cluster = ? AND "key" IN ({marks}) LIMIT 1', [cluster, *keys]
+            ).fetchone()
+            if seen:
+                return None
+            incident_id = self.open_incident(cluster, "watch", trigger, at=at)
+            self.update_incident(incident_id, status="detected", at=at)
+            self._insert_many("detections", [[cluster, k, incident_id, _db_time(at)] for k in keys])
+        return incident_id
+
     def save_tape(self, incident_id: str, tape_jsonl: str) -> None:
         """Every tool call of a live incident and its result, for replay and export."""
         with self.lock:
@@ -283,6 +317,7 @@ class IncidentStore:
                 "INSERT INTO incidents VALUES (?, ?, ?, ?, 'open', ?, ?, NULL, NULL)",
                 [incident_id, cluster, source, _dumps(trigger), at, at],
             )
+            self._con.execute("INSERT INTO incident_states VALUES (?, 'detected', ?)", [incident_id, at])
         return incident_id
 
     def update_incident(
@@ -299,6 +334,21 @@ class IncidentStore:
             ).fetchall()
             if not updated:
                 raise StoreError(f"unknown incident {incident_id!r}")
+            if status is not None:
+                last = self._con.execute(
+                    'SELECT status FROM incident_states WHERE incident_id = ? ORDER BY "at" DESC, rowid DESC LIMIT 1',
+                    [incident_id]).fetchone()
+                if not last or last[0] != status:
+                    self._con.execute("INSERT INTO incident_states VALUES (?, ?, ?)",
+                                      [incident_id, status, _db_time(self._now(at))])
+
+    def incident_history(self, incident_id: str) -> list[tuple[str, datetime]]:
+        """The incident's life: each status it went through, and when."""
+        with self.lock:
+            rows = self._con.execute(
+                'SELECT status, "at" FROM incident_states WHERE incident_id = ? ORDER BY "at", rowid',
+                [incident_id]).fetchall()
+        return [(status, _py_time(at)) for status, at in rows]
 
     def list_incidents(
         self, cluster: str | None = None, status: str | None = None, limit: int = 50

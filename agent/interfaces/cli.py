@@ -289,11 +289,42 @@ def export_command(
 
 
 @app.command()
+def watch(
+    scenario: str = typer.Argument(..., help="The cluster to watch: a scenario file (fixture backend)"),
+    interval: float = typer.Option(60.0, help="Seconds between polls"),
+    polls: Optional[int] = typer.Option(None, help="Stop after this many polls (default: run until stopped)"),
+    stall_minutes: float = typer.Option(45.0, help="A running job without progress this long is stalled"),
+    mode: Optional[str] = typer.Option(None, help="observe | dry_run | autonomous (overrides the guard file)"),
+    guard: Optional[Path] = typer.Option(None, help="A guard.yaml (default: the scenario's, else the built-in)"),
+    state_dir: Path = typer.Option(DEFAULT_STATE_DIR),
+) -> None:
+    """The on-call loop: poll for what changed, one incident per root cause, act through the guard."""
+    from crashcart.agent.watch import Watcher, WatchSettings, lifecycle
+
+    state_dir.mkdir(parents=True, exist_ok=True)
+    sc, deps = _scenario_deps(scenario, mode, guard, str(state_dir / "incidents.duckdb"))
+    watcher = Watcher(deps, cluster=sc.id, checkpointer=_checkpointer(state_dir / "checkpoints.sqlite"),
+                      settings=WatchSettings(interval_s=interval, stall_minutes=stall_minutes))
+    console = _console()
+
+    def report(touched: list[str]) -> None:
+        for incident_id in touched:
+            inc = deps.store.get_incident(incident_id).incident
+            label = (inc.diagnosis or {}).get("label", "")
+            console.print(f"{incident_id}  {lifecycle(inc.status):18} {label}", highlight=False)
+        if not touched:
+            console.print("[dim]poll: nothing new[/]")
+
+    watcher.run(polls=polls, on_poll=report)
+
+
+@app.command()
 def incidents(
     state_dir: Path = typer.Option(DEFAULT_STATE_DIR),
     limit: int = typer.Option(20),
+    history: Optional[str] = typer.Option(None, help="Show one incident's life as states"),
 ) -> None:
-    """List incidents in the store."""
+    """List incidents in the store, or one incident's life."""
     from rich.table import Table
 
     from crashcart.agent.store import IncidentStore
@@ -302,13 +333,24 @@ def incidents(
     if not path.exists():
         _fail(f"{path}: no incident store yet")
     store = IncidentStore(str(path))
+    if history:
+        from crashcart.agent.watch import lifecycle
+
+        states = store.incident_history(history)
+        if not states:
+            _fail(f"incident {history} is not in the store")
+        for status, at in states:
+            _console().print(f"{at:%Y-%m-%d %H:%M:%S}  {lifecycle(status)}", highlight=False)
+        return
+    from crashcart.agent.watch import lifecycle
+
     table = Table(title="incidents")
     table.add_column("id", no_wrap=True)
     for col in ("cluster", "status", "diagnosis", "opened"):
         table.add_column(col)
     for inc in store.list_incidents(limit=limit):
         label = (inc.diagnosis or {}).get("label", "") if isinstance(inc.diagnosis, dict) else ""
-        table.add_row(inc.id, inc.cluster, inc.status, label, str(inc.opened_at))
+        table.add_row(inc.id, inc.cluster, lifecycle(inc.status), label, str(inc.opened_at))
     _console().print(table)
 
 

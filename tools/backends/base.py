@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from pydantic import BaseModel
@@ -37,6 +40,48 @@ class ActionTarget:
     last_checkpoint: datetime | None = None
 
 
+_incident: ContextVar[str | None] = ContextVar("crashcart_incident", default=None)
+
+
+@contextmanager
+def acting_for(incident_id: str | None) -> Iterator[None]:
+    """Write actions inside this block act for this incident (a live backend names it on the
+    cluster: in a drain reason, in a resubmitted job's comment)."""
+    token = _incident.set(incident_id)
+    try:
+        yield
+    finally:
+        _incident.reset(token)
+
+
+def current_incident() -> str | None:
+    return _incident.get()
+
+
+@dataclass
+class ClusterChanges:
+    """What a watch poll needs to know, as of `now`: only what changed since the last poll."""
+
+    now: datetime
+    failed: list = field(default_factory=list)
+    """JobRows of jobs that ended badly since the last poll."""
+    stalled: list = field(default_factory=list)
+    """JobRows of running jobs with no new step or log line for the stall time."""
+    pending: list = field(default_factory=list)
+    """JobRows of jobs pending for a reason that will not resolve by waiting."""
+    nodes_down: list = field(default_factory=list)
+    """NodeRows of nodes down or not ready: out of service without anyone deciding so (a drain
+    or a cordon is a person's or crashcart's decision, not an alert)."""
+
+
+# Pending reasons that waiting will not fix (Slurm's words, Kubernetes' where they differ).
+STUCK_PENDING_REASONS = frozenset({
+    "DependencyNeverSatisfied", "InvalidAccount", "InvalidQOS", "PartitionTimeLimit",
+    "PartitionNodeLimit", "PartitionDown", "ReqNodeNotAvail", "BadConstraints",
+    "ImagePullBackOff", "ErrImagePull", "CreateContainerConfigError",
+})
+
+
 class Backend(ABC):
     kind: str
 
@@ -53,3 +98,7 @@ class Backend(ABC):
 
     def tools(self) -> list[ToolSpec]:
         return REGISTRY.for_backend(self.kind)
+
+    def changes_since(self, since: datetime, stall_minutes: float) -> ClusterChanges:
+        """For `crashcart watch`: what changed since `since` (ask the cluster for no more)."""
+        raise NotImplementedError(f"a {self.kind} backend of this type cannot be watched")
