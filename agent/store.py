@@ -27,7 +27,7 @@ MAX_EXCERPT_CHARS = 4_000
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS incidents (
-    id TEXT PRIMARY KEY, cluster TEXT NOT NULL, source TEXT, "trigger" TEXT, status TEXT,
+    id TEXT, cluster TEXT NOT NULL, source TEXT, "trigger" TEXT, status TEXT,
     opened_at TIMESTAMP, updated_at TIMESTAMP, diagnosis TEXT, report TEXT);
 CREATE TABLE IF NOT EXISTS tool_calls (
     incident_id TEXT, seq INTEGER, tool TEXT, args TEXT, effect TEXT, ok BOOLEAN,
@@ -187,6 +187,7 @@ class IncidentStore:
         self._seq: dict[tuple[str, str], int] = {}
         self._batch_depth = 0
         self._pending_calls: list[list[Any]] = []
+        self._status: dict[str, str | None] = {}
 
     def close(self) -> None:
         with self.lock:
@@ -318,6 +319,7 @@ class IncidentStore:
                 [incident_id, cluster, source, _dumps(trigger), at, at],
             )
             self._con.execute("INSERT INTO incident_states VALUES (?, 'detected', ?)", [incident_id, at])
+            self._status[incident_id] = "detected"
         return incident_id
 
     def update_incident(
@@ -334,13 +336,19 @@ class IncidentStore:
             ).fetchall()
             if not updated:
                 raise StoreError(f"unknown incident {incident_id!r}")
-            if status is not None:
-                last = self._con.execute(
-                    'SELECT status FROM incident_states WHERE incident_id = ? ORDER BY "at" DESC, rowid DESC LIMIT 1',
-                    [incident_id]).fetchone()
-                if not last or last[0] != status:
-                    self._con.execute("INSERT INTO incident_states VALUES (?, ?, ?)",
-                                      [incident_id, status, _db_time(self._now(at))])
+            if status is not None and self._last_status(incident_id) != status:
+                self._con.execute("INSERT INTO incident_states VALUES (?, ?, ?)",
+                                  [incident_id, status, _db_time(self._now(at))])
+                self._status[incident_id] = status
+
+    def _last_status(self, incident_id: str) -> str | None:
+        if incident_id not in self._status:
+            # Another process may have moved it on (an approval): ask once, then remember.
+            row = self._con.execute(
+                'SELECT status FROM incident_states WHERE incident_id = ? ORDER BY "at" DESC, rowid DESC LIMIT 1',
+                [incident_id]).fetchone()
+            self._status[incident_id] = row[0] if row else None
+        return self._status[incident_id]
 
     def incident_history(self, incident_id: str) -> list[tuple[str, datetime]]:
         """The incident's life: each status it went through, and when."""

@@ -207,8 +207,11 @@ def build_evidence(observations: list[dict[str, Any]], trigger: dict[str, Any], 
             ev.docs.append(TextDoc("status_message", f"job:{args['job']}", obs["text"].splitlines(), label))
         elif tool in {"nvidia_smi_query", "gpu_metrics"}:
             ev.telemetry.setdefault(args["node"], []).extend(GpuSample.model_validate(g) for g in data.get("gpus") or [])
-            if not data.get("gpus") and obs.get("text"):
-                ev.docs.append(TextDoc("kernel_log", f"node:{args['node']}", obs["text"].splitlines(), label))
+            text = obs.get("text") or ""
+            if tool == "nvidia_smi_query" and text and not text.startswith("index,"):
+                # Raw `nvidia-smi -q` text (remapped rows, fabric state, a missing GPU) is
+                # evidence in itself, whether or not the node also reports samples.
+                ev.docs.append(TextDoc("kernel_log", f"node:{args['node']}", text.splitlines(), label))
         elif tool == "training_progress":
             ev.progress[args["job"]] = (
                 [ProgressPoint.model_validate(p) for p in data.get("points") or []],

@@ -244,8 +244,10 @@ class PlaybookPolicy:
         focus = [ev.jobs[j] for j in ev.focus_jobs() if j in ev.jobs]
         failed = [f for f in focus if f.failed]
         if not failed:
+            # Nothing is wrong, but the verdict is about something: what was asked about.
+            subject = f"job:{focus[0].job}" if focus else (f"node:{ev.trigger['node']}" if ev.trigger.get("node") else None)
             return Diagnosis(
-                label=HEALTHY, family="none", root_cause=None, remedy="none", confidence=0.6,
+                label=HEALTHY, family="none", root_cause=subject, remedy="none", confidence=0.6,
                 summary="No fault found: the jobs in question are running, queued as expected or finished.",
                 evidence=[f"job {f.job}: {f.state}" for f in focus][:5],
             )
