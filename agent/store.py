@@ -180,7 +180,8 @@ class IncidentStore:
 
     def __init__(self, path: str | Path = ":memory:"):
         self.path = str(path)
-        self._con = duckdb.connect(self.path)
+        # One thread: the journal runs tiny statements, and a pool of workers only contends.
+        self._con = duckdb.connect(self.path, config={"threads": 1})
         # Re-entrant so the guard can hold it across a read-decide-journal sequence.
         self.lock = threading.RLock()
         self._con.execute(_SCHEMA)

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import multiprocessing as mp
+import os
 import time
 from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -127,33 +130,70 @@ def run_scenario(scenario: Scenario, path: str = "", policy_name: str = "playboo
     return result
 
 
-def run_suite(paths: list[str] | None = None, policy_name: str = "playbook",
-              on_result: Callable[[ScenarioResult], None] | None = None,
-              on_start: Callable[[int], None] | None = None) -> EvalReport:
+def _run_file(path: Path, policy_name: str, store: Any) -> tuple[str | None, ScenarioResult]:
+    """(the scenario's id, its result); one broken scenario is reported, never raised."""
+    try:
+        scenario = load_scenario(path)
+        return scenario.id, run_scenario(scenario, str(path), policy_name, store)
+    except ScenarioError as e:
+        return None, ScenarioResult(id=Path(path).stem, path=str(path), error=str(e), failures=[e.message])
+    except Exception as e:  # noqa: BLE001 - the suite goes on; the entry says what broke
+        return None, ScenarioResult(id=Path(path).stem, path=str(path),
+                                    error=f"{path}: {type(e).__name__}: {e}", failures=["crashed"])
+
+
+def _run_chunk(paths: list[Path], policy_name: str) -> list[tuple[str | None, ScenarioResult]]:
     from crashcart.agent.store import IncidentStore
 
+    store = IncidentStore(":memory:")
+    return [_run_file(p, policy_name, store) for p in paths]
+
+
+def _workers(n_files: int, requested: int | None) -> int:
+    if requested is not None:
+        return max(1, requested)
+    # Scenarios are independent; a process per core (forked, so nothing is imported twice).
+    return 1 if n_files < 16 or "fork" not in mp.get_all_start_methods() else min(os.cpu_count() or 1, 4)
+
+
+def run_suite(paths: list[str] | None = None, policy_name: str = "playbook",
+              on_result: Callable[[ScenarioResult], None] | None = None,
+              on_start: Callable[[int], None] | None = None, workers: int | None = None) -> EvalReport:
     started = time.perf_counter()
     files = discover(paths)
     if on_start:
         on_start(len(files))
-    store = IncidentStore(":memory:")
+    n = _workers(len(files), workers)
+    chunks = [files[i::n] for i in range(n)] if n > 1 else [files]
+    # Small chunks keep the progress bar moving; order is restored below.
+    chunks = [c[i:i + 8] for c in chunks for i in range(0, len(c), 8)] if n > 1 else chunks
+    by_path: dict[str, tuple[str | None, ScenarioResult]] = {}
+    if n == 1:
+        outcomes = [_run_chunk(files, policy_name)]
+    else:
+        with ProcessPoolExecutor(n, mp_context=mp.get_context("fork")) as pool:
+            futures = [pool.submit(_run_chunk, c, policy_name) for c in chunks]
+            outcomes = []
+            for f in as_completed(futures):
+                outcomes.append(f.result())
+                for _, r in outcomes[-1]:
+                    if on_result:
+                        on_result(r)
+    for outcome in outcomes:
+        for scenario_id, r in outcome:
+            by_path[r.path] = (scenario_id, r)
     results: list[ScenarioResult] = []
     seen_ids: dict[str, str] = {}
     for path in files:
-        try:
-            scenario = load_scenario(path)
-            if scenario.id in seen_ids:
-                raise ScenarioError(path, f"id {scenario.id!r} is also used by {seen_ids[scenario.id]}")
-            seen_ids[scenario.id] = str(path)
-            result = run_scenario(scenario, str(path), policy_name, store)
-        except ScenarioError as e:
-            result = ScenarioResult(id=Path(path).stem, path=str(path), error=str(e), failures=[e.message])
-        except Exception as e:  # one broken scenario must not stop the suite; it is reported
-            result = ScenarioResult(id=Path(path).stem, path=str(path),
-                                    error=f"{path}: {type(e).__name__}: {e}", failures=["crashed"])
-        results.append(result)
-        if on_result:
-            on_result(result)
+        scenario_id, r = by_path[str(path)]
+        if scenario_id is not None and scenario_id in seen_ids:
+            err = ScenarioError(path, f"id {scenario_id!r} is also used by {seen_ids[scenario_id]}")
+            r = ScenarioResult(id=Path(path).stem, path=str(path), error=str(err), failures=[err.message])
+        elif scenario_id is not None:
+            seen_ids[scenario_id] = str(path)
+        results.append(r)
+        if n == 1 and on_result:
+            on_result(r)
     return EvalReport(summary=summarize(results, time.perf_counter() - started), scenarios=results)
 
 

@@ -219,7 +219,7 @@ class PlaybookPolicy:
             retriable=label.retriable, evidence=evidence[:12], evidence_path=path, signals=signals, summary=summary,
             changes=changes, team=label.team, candidates=[m.name for m in candidates[1:6]],
         )
-        actions = plan_actions(best, remedy_kind, ev, root_node, summary, evidence)
+        actions = plan_actions(best, remedy_kind, ev, root_node, summary, evidence, state.get("backend", "slurm"))
         return diagnosis, actions
 
     def _root_cause(self, match: LabelMatch, ev: Evidence) -> str | None:

@@ -65,7 +65,7 @@ def _is_running(ev: Evidence, job: str) -> bool:
 
 
 def plan_actions(match: LabelMatch | None, remedy_kind: str, ev: Evidence, root_node: str | None,
-                 summary: str, evidence: list[str]) -> list[ToolCall]:
+                 summary: str, evidence: list[str], backend: str = "slurm") -> list[ToolCall]:
     """Write actions for one incident, in the order they should run."""
     if match is None:
         return []
@@ -76,8 +76,10 @@ def plan_actions(match: LabelMatch | None, remedy_kind: str, ev: Evidence, root_
     calls: list[ToolCall] = []
 
     def resubmit(j: str, changes: dict[str, Any] | None = None, exclude: list[str] | None = None) -> None:
-        if _is_running(ev, j):
-            # Two copies of one training run would fight over its checkpoints.
+        evicted = exclude and backend != "slurm"
+        if _is_running(ev, j) and not evicted:
+            # Two copies of one training run would fight over its checkpoints. (On Kubernetes
+            # and Ray, draining the node evicts the pods and the resubmit replaces the job.)
             calls.append(ToolCall(tool="cancel_job", args={"job": j, "reason": why}))
         args: dict[str, Any] = {"job": j, "reason": why}
         if changes:
