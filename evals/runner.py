@@ -48,6 +48,8 @@ class ScenarioResult(BaseModel):
     candidates: list[str] = Field(default_factory=list)
     """Other labels that matched and lost (the symptoms the cause outranked)."""
     ruled_out: list[str] = Field(default_factory=list)
+    trigger: str | None = None
+    """What raised it (job_failed, chat, ...): where the evidence path starts."""
     tools_called: list[str] = Field(default_factory=list)
     """The read tools the investigation used, in first-use order."""
     expected_diagnosis: list[str] = Field(default_factory=list)
@@ -118,6 +120,7 @@ def run_scenario(scenario: Scenario, path: str = "", policy_name: str = "playboo
     result.candidates = d.get("candidates") or []
     result.ruled_out = [r.split(" (", 1)[0] for r in d.get("ruled_out") or []]
     result.tools_called = list(dict.fromkeys(o["tool"] for o in observations))
+    result.trigger = scenario.trigger.kind
     result.expected_diagnosis = list(scenario.expect.diagnosis or [])
     exp_remedy = scenario.expect.remedy
     result.expected_remedy = [exp_remedy] if isinstance(exp_remedy, str) else list(exp_remedy)

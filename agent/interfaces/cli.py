@@ -86,13 +86,16 @@ def eval_command(
 def coverage(
     out: Path = typer.Option(None, help="Where to write it (default: evals/COVERAGE.md)"),
 ) -> None:
-    """Regenerate evals/COVERAGE.md: every scenario's family, backend, diagnosis, remedy and evidence path."""
-    from crashcart.evals.coverage import COVERAGE_FILE, duplicates, render_coverage
+    """Regenerate evals/COVERAGE.md (every scenario's family, backend, diagnosis, remedy and evidence
+    path, and the counts) and evals/LABELS.md (the labels, from the playbooks)."""
+    from crashcart.evals.coverage import COVERAGE_FILE, LABELS_FILE, duplicates, render_coverage, render_labels
     from crashcart.evals.runner import run_suite
 
     report = run_suite()
     target = out or COVERAGE_FILE
     target.write_text(render_coverage(report), encoding="utf-8")
+    if out is None:
+        LABELS_FILE.write_text(render_labels(), encoding="utf-8")
     dupes = duplicates(report.scenarios)
     _console().print(f"{target} written: {report.summary.total} scenarios, "
                      f"{len(dupes)} groups sharing a combination and an evidence path")

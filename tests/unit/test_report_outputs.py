@@ -43,7 +43,8 @@ def test_log_cases_score_by_family_with_a_confusion_matrix(tmp_path):
 def _result(id_, **kw):
     base = dict(id=id_, passed=True, family="memory", backend="slurm", diagnosis="cuda_oom",
                 remedy="resubmit_with_changes", expected_diagnosis=["cuda_oom"],
-                expected_remedy=["resubmit_with_changes"], signals=["log#0"], tools_called=["sacct", "get_logs"])
+                expected_remedy=["resubmit_with_changes"], signals=["log#0"], trigger="job_failed",
+                tools_called=["sacct", "get_logs"])
     return ScenarioResult(**{**base, **kw})
 
 
@@ -52,7 +53,7 @@ def test_coverage_flags_scenarios_that_differ_only_in_names():
     c = _result("c", signals=["log#0", "log#1"])
     d = _result("d", backend="kubernetes")
     assert duplicates([a, b, c, d]) == [["a", "b"]]
-    assert evidence_path(c) == "log#0 + log#1 via sacct > get_logs"
+    assert evidence_path(c) == "log#0 + log#1 via job_failed > sacct > get_logs"
     page = render_coverage(EvalReport(summary=summarize([a, b, c, d], 0.1), scenarios=[a, b, c, d]))
     assert "distinct (backend, diagnosis, remedy) combinations: **2**" in page
     assert "| a | main | memory | slurm | cuda_oom | resubmit_with_changes |" in page
