@@ -1,0 +1,95 @@
+"""A cluster config file (cluster.yaml): which backend, how to reach it, and the guard policy.
+
+```yaml
+name: gpu-prod                    # the cluster's name in the incident store
+backend: slurm
+slurm:                            # tools/backends/slurm/_config.py: SlurmSettings
+  connection:
+    method: ssh                   # local | ssh
+    ssh:
+      hosts: [login1.example.org, login2.example.org]   # failover, in order
+      user: crashcart
+      key_file: ~/.ssh/crashcart_ed25519
+      key_passphrase_env: CRASHCART_KEY_PASSPHRASE       # or key_passphrase_file; never inline
+      known_hosts: ~/.ssh/known_hosts
+  env: {SLURM_CONF: /etc/slurm/slurm.conf}
+  node_access: {method: ssh}      # ssh | srun | none
+  resubmit: {config: args}        # args | file (config_file: ...) | none
+guard: guard.yaml                 # a path (relative to this file) or the policy inline
+```
+
+Strict like every crashcart file: an unknown key is an error naming the file and the
+field. Secrets are never in the file: a passphrase or password is named by the
+environment variable or file that holds it and read only when a connection is made.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from crashcart.agent.guard import GuardPolicy, PolicyError, load_policy, policy_from_dict
+from crashcart.tools.backends.slurm import SlurmBackend, SlurmSettings
+from crashcart.tools.yamlio import describe_validation_error, describe_yaml_error, load_yaml
+
+
+class ClusterConfigError(ValueError):
+    """A cluster config is wrong; the message names the file and the field."""
+
+    def __init__(self, source: str | Path, message: str):
+        self.source = str(source)
+        self.message = message
+        super().__init__(f"{source}: {message}")
+
+
+class ClusterConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str
+    backend: Literal["slurm"]
+    slurm: SlurmSettings = SlurmSettings()
+    guard: str | dict[str, Any] | None = None
+    """A guard policy: a path to a guard.yaml (relative to this file) or the same mapping
+    inline. Absent: the built-in policy (dry_run)."""
+
+    def make_backend(self, transport=None) -> SlurmBackend:
+        return SlurmBackend(self.slurm, transport=transport)
+
+
+def parse_cluster_config(data: Any, source: str | Path = "<cluster config>") -> tuple[ClusterConfig, GuardPolicy]:
+    if not isinstance(data, dict):
+        raise ClusterConfigError(source, "a cluster config is one mapping (name, backend, slurm, guard)")
+    try:
+        config = ClusterConfig.model_validate(data)
+    except ValidationError as e:
+        raise ClusterConfigError(source, describe_validation_error(e, data)) from None
+    return config, _guard(config.guard, source)
+
+
+def load_cluster_config(path: str | Path) -> tuple[ClusterConfig, GuardPolicy]:
+    """The config and its guard policy; ClusterConfigError names the file and the field."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise ClusterConfigError(path, f"cannot read: {e}") from None
+    try:
+        data = load_yaml(text)
+    except yaml.YAMLError as e:
+        raise ClusterConfigError(path, describe_yaml_error(e)) from None
+    return parse_cluster_config(data, path)
+
+
+def _guard(value: str | dict[str, Any] | None, source: str | Path) -> GuardPolicy:
+    try:
+        if value is None:
+            return load_policy(None)
+        if isinstance(value, str):
+            base = Path(source).parent if Path(str(source)).exists() else Path.cwd()
+            return load_policy(base / Path(value).expanduser())
+        return policy_from_dict(value, source=f"{source}: guard")
+    except PolicyError as e:
+        raise ClusterConfigError(source, f"guard: {e}") from None

@@ -1,0 +1,129 @@
+"""A real Slurm cluster and a real sshd on loopback, started once per test session.
+
+tests/harness/slurm_local.sh installs Slurm, munge, MariaDB and openssh-server if
+needed (Debian packages, as root) and starts munged, mariadbd, slurmdbd, slurmctld
+and five slurmd virtual nodes with fake GPUs under a private directory;
+tests/harness/sshd_local.sh runs sshd on a high loopback port. Both stop at the
+end of the session, by the PIDs they recorded.
+
+When this machine cannot run them (not root, no apt-get, the install fails) the
+tests skip with the reason, except when the CI environment variable is set: then
+they fail, so a CI run without real Slurm can never pass.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from slurmlab import HARNESS, SlurmLab, Sshd
+
+pytestmark = pytest.mark.slurm
+NODES = 5
+TIME_LIMIT_JOB = """#!/bin/bash
+# Trains until Slurm kills it at its one-minute limit; checkpoints on the way.
+for i in $(seq 1 200); do
+  echo "$(date -u +%Y-%m-%dT%H:%M:%S) step $((i * 10)) loss 2.$((90 - i % 50))"
+  if [ $((i % 3)) = 0 ]; then echo "$(date -u +%Y-%m-%dT%H:%M:%S) saved checkpoint step $((i * 10)) to $PWD/ckpt/step$((i * 10)).pt"; fi
+  sleep 2
+done
+"""
+
+
+def unavailable(reason: str) -> None:
+    """Skip here, fail in CI: CI must never pass without running these."""
+    if os.environ.get("CI", "").lower() not in {"", "0", "false", "no"}:
+        pytest.fail(f"real-Slurm integration tests cannot run: {reason}", pytrace=False)
+    pytest.skip(reason)
+
+
+def _free_base(span: int = 110) -> int:
+    """A port base whose ports (base+17..base+33 and base+101..base+105) are free."""
+    for base in range(17800, 29000, 200):
+        ports = [base + p for p in (17, 18, 19, 33)] + [base + 100 + i for i in range(1, NODES + 1)]
+        if all(_free(p) for p in ports):
+            return base
+    raise RuntimeError("no free port range for the test cluster")
+
+
+def _free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def _harness(script: str, *args: str, env: dict[str, str], timeout: float) -> subprocess.CompletedProcess:
+    return subprocess.run([str(HARNESS / script), *args], env=env, capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="session")
+def slurm_lab(tmp_path_factory) -> SlurmLab:
+    if os.geteuid() != 0:
+        unavailable("the test cluster's daemons run as root (slurmd, slurmctld); run the tests as root")
+    # Not under pytest's 0700 tmp dirs: munged needs every directory above its socket to be
+    # world-executable, and mariadbd (user mysql) must reach its datadir.
+    root = Path(tempfile.mkdtemp(prefix="crashcart-slurm-"))
+    root.chmod(0o755)
+    env = {**os.environ, "CRASHCART_SLURM_DIR": str(root / "cluster"),
+           "CRASHCART_SLURM_NODES": str(NODES), "CRASHCART_SLURM_PORT_BASE": str(_free_base())}
+    missing = [c for c in ("sbatch", "slurmctld", "slurmdbd", "munged", "mariadbd", "sshd")
+               if not shutil.which(c, path=os.environ.get("PATH", "") + ":/usr/sbin")]
+    if missing and not shutil.which("apt-get"):
+        unavailable(f"Slurm is not installed ({', '.join(missing)} missing) and there is no apt-get to install it")
+    done = _harness("slurm_local.sh", "install", env=env, timeout=900)
+    if done.returncode != 0:
+        shutil.rmtree(root, ignore_errors=True)
+        unavailable(f"installing Slurm failed: {(done.stderr or done.stdout).strip()[-800:]}")
+    done = _harness("slurm_local.sh", "up", env=env, timeout=300)
+    if done.returncode != 0:
+        _harness("slurm_local.sh", "down", env=env, timeout=120)
+        shutil.rmtree(root, ignore_errors=True)
+        # Installed but not starting is a bug in the harness or the machine: never a skip.
+        pytest.fail(f"the test cluster did not start:\n{done.stderr[-3000:]}", pytrace=False)
+    jobs = root / "jobs"
+    jobs.mkdir()
+    cluster = Path(env["CRASHCART_SLURM_DIR"])
+    lab = SlurmLab(dir=cluster, jobs=jobs,
+                   memory_enforcement=(cluster / "etc" / "memory-enforcement").read_text().strip())
+    # The time-limit job takes 60-100 s to be killed: start it first, share it.
+    script = lab.script("time_limit.sh", TIME_LIMIT_JOB)
+    lab.background["time_limit"] = lab.sbatch(script, "--time=1", "-J", "pretrain-tl", "-w", "n1", "-o", "tl-%j.out")
+    try:
+        yield lab
+    finally:
+        down = _harness("slurm_local.sh", "down", env=env, timeout=180)
+        if down.returncode == 0:
+            shutil.rmtree(root, ignore_errors=True)
+        else:
+            print(f"slurm_local.sh down failed; kept {root}: {down.stderr[-2000:]}")
+
+
+@pytest.fixture(scope="session")
+def sshd(slurm_lab: SlurmLab, tmp_path_factory) -> Sshd:
+    """sshd on 127.0.0.1 (openssh-server, installed with the cluster), key login as root."""
+    directory = tmp_path_factory.mktemp("sshd")
+    port = next(p for p in range(22922, 23922) if _free(p))
+    done = _harness("sshd_local.sh", "up", str(directory), str(port), env=dict(os.environ), timeout=60)
+    if done.returncode != 0:
+        pytest.fail(f"the loopback sshd did not start:\n{done.stderr[-2000:]}", pytrace=False)
+    slurm_lab.sshd = Sshd(dir=directory, port=port)
+    try:
+        yield slurm_lab.sshd
+    finally:
+        _harness("sshd_local.sh", "down", str(directory), env=dict(os.environ), timeout=60)
+
+
+@pytest.fixture
+def lab(slurm_lab: SlurmLab, sshd: Sshd) -> SlurmLab:
+    """The cluster with the sshd running: node commands in the agent tests go over SSH, so a
+    run in observe or dry-run mode leaves no probe job in accounting."""
+    return slurm_lab

@@ -1,0 +1,210 @@
+"""Handles on the real test cluster and the loopback sshd, and the agent runs the tests make.
+
+The conftest starts both once per session (tests/harness/*.sh); tests submit real
+jobs, inject real failures, run the agent and read back what Slurm shows.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from crashcart.agent.guard import GuardPolicy, policy_from_dict
+from crashcart.agent.policies import make_policy
+from crashcart.agent.runner import make_deps, start_incident
+from crashcart.agent.store import IncidentStore
+from crashcart.tools.backends.slurm import SlurmBackend, SlurmSettings
+
+HARNESS = Path(__file__).resolve().parents[2] / "harness"
+FINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED",
+         "BOOT_FAIL", "DEADLINE"}
+
+# The guard the live tests act under: autonomous, every write permitted, no approval tiers;
+# the breaker stays on but roomy enough for one drain per test.
+ALLOW_ALL = {
+    "mode": "autonomous", "permissions": [{"tool": "*"}], "approval": [],
+    "breaker": {"max_drains": 5, "window_minutes": 60, "max_partition_fraction": 0.5},
+    "restart_budget": {"max_restarts": 3},
+}
+
+
+@dataclass
+class Sshd:
+    dir: Path
+    port: int
+
+    @property
+    def known_hosts(self) -> str:
+        return str(self.dir / "known_hosts")
+
+    @property
+    def key(self) -> str:
+        return str(self.dir / "client_ed25519")
+
+    @property
+    def encrypted_key(self) -> str:
+        return str(self.dir / "client_enc_ed25519")
+
+    @property
+    def passphrase_file(self) -> str:
+        return str(self.dir / "passphrase")
+
+    def ssh(self, **over: Any) -> dict[str, Any]:
+        """An `ssh:` section of the cluster config that logs in to this sshd."""
+        return {"hosts": ["127.0.0.1"], "port": self.port, "user": "root", "key_file": self.key,
+                "known_hosts": self.known_hosts, "connect_timeout": 5, "retries": 1,
+                "backoff_seconds": 0.1, **over}
+
+
+@dataclass
+class SlurmLab:
+    dir: Path
+    jobs: Path
+    """Where test jobs run (their WorkDir and logs)."""
+    memory_enforcement: str
+    """cgroup: OUT_OF_MEMORY is possible; none: this machine's cgroups do not allow it."""
+    sshd: Sshd | None = None
+    background: dict[str, str] = field(default_factory=dict)
+    """Jobs started at session start because they take long (name -> job id)."""
+
+    @property
+    def conf(self) -> str:
+        return str(self.dir / "etc" / "slurm.conf")
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {**os.environ, "SLURM_CONF": self.conf, "TZ": "UTC"}
+
+    # --- the CLI, as a test uses it --------------------------------------------------------
+
+    def cli(self, *argv: str, check: bool = True, env: dict[str, str] | None = None) -> str:
+        done = subprocess.run(argv, capture_output=True, text=True, env={**self.env, **(env or {})},
+                              cwd=self.jobs, timeout=60)
+        if check and done.returncode != 0:
+            raise AssertionError(f"{' '.join(argv)} failed ({done.returncode}): {done.stderr.strip()}")
+        return done.stdout
+
+    def script(self, name: str, text: str) -> Path:
+        path = self.jobs / name
+        path.write_text(text)
+        path.chmod(0o755)
+        return path
+
+    def sbatch(self, script: Path, *options: str, args: tuple[str, ...] = ()) -> str:
+        return self.cli("sbatch", "--parsable", *options, str(script.name), *args).strip().split(";")[0]
+
+    def job(self, job_id: str) -> dict[str, str]:
+        """`scontrol show job` as a dict (slurmctld holds jobs for MinJobAge after they end)."""
+        from crashcart.tools.backends.slurm._parse import scontrol_record
+
+        return scontrol_record(self.cli("scontrol", "show", "job", "-o", job_id).strip().splitlines()[0])
+
+    def state(self, job_id: str) -> str:
+        """The job's state in accounting ('' while accounting has no record of it yet)."""
+        out = self.cli("sacct", "-n", "-X", "-P", "-j", job_id, "-o", "State", check=False).split()
+        return out[-1] if out else ""
+
+    def wait_state(self, job_id: str, wanted: set[str] | str, timeout: float = 60) -> str:
+        wanted = {wanted} if isinstance(wanted, str) else wanted
+        deadline = time.monotonic() + timeout
+        state = ""
+        while time.monotonic() < deadline:
+            state = self.job(job_id).get("JobState", "")
+            if state in wanted:
+                # accounting lags slurmctld: wait until sacct agrees, the agent reads it
+                if state not in FINAL or self.state(job_id) == state:
+                    return state
+            elif state in FINAL:
+                raise AssertionError(f"job {job_id} ended {state}, not {wanted}")
+            time.sleep(0.5)
+        raise AssertionError(f"job {job_id} still {state} after {timeout} s (wanted {wanted})")
+
+    def wait_for(self, what: str, check, timeout: float = 20) -> Any:
+        """Poll until check() is truthy (accounting and the scheduler catch up in seconds)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            value = check()
+            if value:
+                return value
+            if time.monotonic() > deadline:
+                raise AssertionError(f"waited {timeout} s for {what}")
+            time.sleep(0.5)
+
+    def node(self, name: str) -> tuple[str, str]:
+        """(state, reason) as sinfo prints them."""
+        out = self.cli("sinfo", "-h", "-N", "-n", name, "-o", "%T|%E").strip().splitlines()[0]
+        state, reason = out.split("|", 1)
+        return state, reason
+
+    def resume(self, name: str) -> None:
+        self.cli("scontrol", "update", f"NodeName={name}", "State=RESUME", check=False)
+
+    def cancel(self, *job_ids: str | None) -> None:
+        ids = [j for j in job_ids if j]
+        if ids:
+            self.cli("scancel", *ids, check=False)
+
+    def snapshot(self, *watched: str) -> dict[str, Any]:
+        """What a change by crashcart would show: node availability and reasons, the set of
+        jobs (a resubmit adds one), the queue, and the states of the `watched` jobs. Node
+        allocation (idle/mixed/allocated) and other tests' jobs move on their own."""
+        nodes = {}
+        for line in self.cli("sinfo", "-h", "-N", "-o", "%N|%T|%E").splitlines():
+            name, state, reason = line.split("|", 2)
+            busy = state.rstrip("*~#!%$@^-") in {"idle", "mixed", "allocated", "completing"}
+            nodes[name] = ("in service" if busy else state, reason)
+        accounted = {}
+        for line in self.cli("sacct", "-n", "-X", "-P", "-a", "-S", "now-1days", "-o", "JobID,State").splitlines():
+            job, state = line.split("|", 1)
+            accounted[job] = state
+        known = set(accounted) | {line.split("|")[0] for line in self.cli("squeue", "-h", "-o", "%i|%T").splitlines()}
+        # slurmctld's word for the watched jobs: accounting may not list a new one yet.
+        return {"nodes": nodes, "jobs": known, "watched": {j: self.job(j).get("JobState") for j in watched}}
+
+    # --- crashcart on this cluster ---------------------------------------------------------
+
+    def settings(self, via: str = "local", node_access: str = "ssh", **over: Any) -> SlurmSettings:
+        # Resubmitted scripts stay with the test cluster, not in root's home.
+        data: dict[str, Any] = {"env": {"SLURM_CONF": self.conf}, "history_days": 1,
+                                "resubmit": {"script_dir": str(self.jobs / "scripts")}}
+        if "resubmit" in over:
+            over = {**over, "resubmit": {**data["resubmit"], **over["resubmit"]}}
+        if via == "ssh":
+            data["connection"] = {"method": "ssh", "ssh": self.sshd.ssh()}
+        if node_access == "ssh":
+            data["node_access"] = {"method": "ssh", "ssh": self.sshd.ssh()}
+        else:
+            data["node_access"] = {"method": node_access}
+        return SlurmSettings.model_validate({**data, **over})
+
+    def backend(self, via: str = "local", node_access: str = "ssh", **over: Any) -> SlurmBackend:
+        return SlurmBackend(self.settings(via, node_access, **over))
+
+
+def run_agent(backend: SlurmBackend, trigger: dict[str, Any], store_path: Path,
+              guard: dict[str, Any] | GuardPolicy | None = None, mode: str | None = None) -> dict[str, Any]:
+    """One incident, start to report, with the playbook policy: the run's final state."""
+    policy = policy_from_dict(guard or ALLOW_ALL)
+    if mode:
+        policy = policy.model_copy(update={"mode": mode})
+    store = IncidentStore(str(store_path))
+    deps = make_deps(backend, make_policy("playbook"), policy, store, cluster="crashcart-local")
+    run = start_incident(deps, trigger, cluster="crashcart-local", source="test:slurm")
+    assert not run.interrupted, "the test guard has no approval tiers; nothing should wait"
+    return run.state
+
+
+def actions(state: dict[str, Any], tool: str | None = None) -> list[dict[str, Any]]:
+    return [a for a in state.get("actions") or [] if tool is None or a["tool"] == tool]
+
+
+def new_job(state: dict[str, Any]) -> str:
+    """The job id the run's (one) executed resubmit created."""
+    done = [a for a in actions(state, "resubmit") if a["decision"] == "allow"]
+    assert done, f"no resubmit was allowed: {[(a['tool'], a['decision'], a['reason']) for a in actions(state)]}"
+    assert done[0]["result"], f"resubmit failed: {done[0]['error']}"
+    return done[0]["result"]["new_job"]

@@ -1,0 +1,148 @@
+"""The slurm backend over a scripted transport: the commands it sends and how it reads the answers.
+
+The real cluster is in tests/integration/slurm; here each command's output is canned
+(recorded from Slurm 22.05), so the exact argv of a drain or a resubmit can be checked.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+
+import pytest
+
+from crashcart.tools import REGISTRY, ToolCall, ToolError
+from crashcart.tools.backends.base import acting_for
+from crashcart.tools.backends.slurm import SlurmBackend, SlurmSettings
+from crashcart.tools.backends.slurm import _parse as parse
+from crashcart.tools.transport import CommandResult, Transport
+
+SINFO = {"nodes": [
+    {"name": f"gpu-b0{i}", "state": "down" if i == 7 else "allocated", "state_flags": [], "partitions": ["h100"],
+     "gres": "gpu:h100:8", "reason": "Not responding" if i == 7 else "", "address": f"10.0.0.{i}", "hostname": f"gpu-b0{i}"}
+    for i in range(5, 9)
+]}
+SUBMIT = ("sbatch -J pretrain -N 2 --gres=gpu:8 -w gpu-b0[5-6] --export=ALL,NCCL_DEBUG=WARN "
+          "-o %x-%j.out train.sh --batch_size=16 --lr 3e-4")
+SCONTROL = ("JobId=48213 JobName=pretrain UserId=dana(1000) JobState=FAILED Reason=NonZeroExitCode "
+            "Dependency=(null) Restarts=0 ExitCode=1:0 Partition=h100 NodeList=gpu-b0[5-6] "
+            "TRES=cpu=64,mem=512G,node=2,billing=64,gres/gpu=16 Command=/home/dana/run/train.sh --batch_size=16 --lr 3e-4 "
+            "WorkDir=/home/dana/run Comment= StdErr=/home/dana/run/pretrain-48213.out "
+            "StdOut=/home/dana/run/pretrain-48213.out SubmitTime=2026-03-01T20:00:00 "
+            "StartTime=2026-03-01T20:02:00 EndTime=2026-03-02T09:41:00")
+ROW = ("48213|pretrain|h100|dana|FAILED|1:0|2026-03-01T20:02:00|2026-03-02T09:41:00|13:39:00|gpu-b0[5-6]|None|"
+       "2026-03-01T20:00:00|billing=64,cpu=64,gres/gpu=16,mem=512G,node=2")
+
+
+class Scripted(Transport):
+    """Answers each command from a list of (prefix, answer) pairs; records every argv."""
+
+    where = "scripted"
+
+    def __init__(self, answers: list[tuple[tuple[str, ...], str | Callable[[Sequence[str]], CommandResult]]]):
+        super().__init__({})
+        self.answers = answers
+        self.sent: list[tuple[str, ...]] = []
+
+    def run(self, argv, *, input=None, timeout=None, retry=True):
+        argv = tuple(argv)
+        self.sent.append(argv)
+        bare = argv[argv.index("sbatch"):] if argv[0] == "env" and "sbatch" in argv else argv
+        for prefix, answer in self.answers:
+            if bare[: len(prefix)] == prefix:
+                return answer(argv) if callable(answer) else CommandResult(argv, 0, answer, "")
+        return CommandResult(argv, 1, "", f"unexpected command {argv}")
+
+
+def cluster(*extra) -> Scripted:
+    return Scripted([
+        *extra,
+        (("sinfo", "--version"), "slurm-wlm 22.05.8\n"),
+        (("sinfo", "--json"), json.dumps(SINFO)),
+        (("scontrol", "show", "job", "-o", "48213"), SCONTROL + "\n"),
+        (("scontrol", "show", "job"), lambda a: CommandResult(a, 1, "", "slurm_load_jobs error: Invalid job id specified")),
+        (("sacct", "-P", "-n", "-X", "-j", "48213"), f"48213|/home/dana/run||{SUBMIT}\n"),
+        (("sacct", "-P", "-o"), f"{'|'.join(parse.SACCT_FIELDS)}\n{ROW}\n"),
+        (("scontrol", "write", "batch_script"), "#!/bin/bash\n#SBATCH --time=24:00:00\nsrun python train.py \"$@\"\n"),
+        (("sh", "-c"), "/home/crashcart/.crashcart/scripts/48213-resubmit.sh"),
+        (("squeue", "-h", "-o", "%i|%k"), ""),
+        (("sacct", "-X", "-P", "-n", "-a"), ""),
+        (("sbatch",), "48250\n"),
+        (("scontrol", "update"), ""),
+    ])
+
+
+def backend(transport: Scripted, **settings) -> SlurmBackend:
+    return SlurmBackend(SlurmSettings(**settings), transport=transport)
+
+
+def test_resubmit_sends_the_jobs_own_options_with_the_changes():
+    t = cluster()
+    with acting_for("inc-7"):
+        out = backend(t).run(REGISTRY.get("resubmit"), {
+            "job": "48213", "reason": "xid 79 on gpu-b06", "exclude_nodes": ["gpu-b06"], "request_id": "r1",
+            "changes": {"env.NCCL_SOCKET_IFNAME": "^lo,docker", "batch_size": 8, "mem_gb": 64}})
+    assert out.ok and out.new_job == "48250"
+    sbatch = next(a for a in t.sent if "sbatch" in a)
+    # A value with a comma cannot go through --export in Slurm 22.05: sbatch's own env carries it.
+    assert sbatch[:3] == ("env", "NCCL_SOCKET_IFNAME=^lo,docker", "sbatch")
+    opts = set(sbatch[4:-4])
+    assert opts == {
+        "--job-name=pretrain", "--nodes=2", "--gres=gpu:8", "--output=%x-%j.out", "--chdir=/home/dana/run",
+        "--mem=65536M", "--export=ALL,NCCL_DEBUG=WARN,NCCL_SOCKET_IFNAME", "--exclude=gpu-b06",
+        "--nodelist=gpu-b05",  # the pin keeps only what is not excluded
+        "--comment=crashcart: resubmit of 48213 (inc-7; request r1)"}
+    assert sbatch[-4:] == ("/home/crashcart/.crashcart/scripts/48213-resubmit.sh", "--batch_size=8", "--lr", "3e-4")
+
+
+def test_a_request_already_served_is_not_submitted_again():
+    t = cluster((("squeue", "-h", "-o", "%i|%k"), "48250|crashcart: resubmit of 48213 (inc-7; request r1)\n"))
+    out = backend(t).run(REGISTRY.get("resubmit"), {"job": "48213", "reason": "x", "request_id": "r1"})
+    assert out.new_job == "48250" and "Already submitted" in out.message
+    assert not [a for a in t.sent if "sbatch" in a]
+
+
+def test_drain_reason_names_crashcart_and_the_incident():
+    t = cluster()
+    with acting_for("inc-42"):
+        out = backend(t).run(REGISTRY.get("node_drain"), {"node": "gpu-b07", "reason": "crashcart: gpu_fallen_off_bus: Xid 79"})
+    assert ("scontrol", "update", "NodeName=gpu-b07", "State=DRAIN",
+            "Reason=crashcart inc-42: gpu_fallen_off_bus: Xid 79") in t.sent
+    assert out.ok
+
+
+def test_a_garbage_sacct_line_is_a_tool_error_not_a_traceback():
+    t = cluster((("sacct", "-P", "-o"), f"{'|'.join(parse.SACCT_FIELDS)}\n48213|pretrain|h100|da\n"))
+    with pytest.raises(ToolError, match=r"sacct printed a line crashcart cannot read.*48213\|pretrain\|h100\|da"):
+        backend(t).run(REGISTRY.get("sacct"), {"job": "48213"})
+
+
+def test_unknown_node_and_job_are_named():
+    t = cluster((("sacct", "-P", "-o"), f"{'|'.join(parse.SACCT_FIELDS)}\n"),
+                (("sacct", "-P", "-n", "-X", "-j", "777"), ""))
+    b = backend(t)
+    with pytest.raises(ToolError, match=r"node 'gpu-z1' is not in this Slurm cluster \(known: gpu-b05, gpu-b06"):
+        b.run(REGISTRY.get("kernel_log"), {"node": "gpu-z1"})
+    with pytest.raises(ToolError, match="job '777' is not known"):
+        b.target(ToolCall(tool="cancel_job", args={"job": "777", "reason": "x"}))
+    with pytest.raises(ToolError, match="not a Slurm job id"):
+        b.run(REGISTRY.get("get_logs"), {"job": "48213; rm -rf /"})
+
+
+def test_guard_facts_for_a_node_and_a_job():
+    b = backend(cluster())
+    node = b.target(ToolCall(tool="node_drain", args={"node": "gpu-b07", "reason": "x"}))
+    assert (node.partition, node.partition_nodes, node.partition_unavailable, node.node_unavailable, node.gpus) == (
+        "h100", 4, 1, True, 8)
+    job = b.target(ToolCall(tool="resubmit", args={"job": "48213", "reason": "x"}))
+    assert (job.partition, job.user, job.gpus, job.restarts_without_progress) == ("h100", "dana", 16, 0)
+
+
+def test_tools_of_other_backends_are_refused():
+    with pytest.raises(ToolError, match="not available on a slurm cluster"):
+        backend(cluster()).run(REGISTRY.get("kubectl_events"), {})
+
+
+def test_node_commands_switched_off_say_so():
+    out = backend(cluster(), node_access={"method": "none"}).run(REGISTRY.get("nvidia_smi_query"), {"node": "gpu-b05"})
+    assert out.gpus == [] and "switched off" in out.text
