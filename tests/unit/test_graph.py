@@ -202,7 +202,7 @@ def test_autonomous_drains_the_node_and_resubmits_elsewhere():
     allowed = {d.action_id for d in detail.decisions if d.decision == "allow"}
     assert {a.action_id for a in detail.actions} <= allowed
     assert detail.incident.status == "escalated"
-    assert inc.store.statuses == ["diagnosed", "escalated"]
+    assert inc.store.statuses == ["investigating", "diagnosed", "escalated"]
 
 
 def test_autonomous_resubmit_carries_the_config_changes():
@@ -217,7 +217,7 @@ def test_autonomous_resubmit_carries_the_config_changes():
     assert inc.backend.cluster.job("63012").config["batch_size"] == 32, "the failed job is left as it was"
     assert inc.node_state("gpu-b05") == "idle"
     assert inc.detail().incident.status == "remediated"
-    assert inc.store.statuses == ["diagnosed", "remediated"]
+    assert inc.store.statuses == ["investigating", "diagnosed", "remediated"]
 
 
 def test_autonomous_without_permission_is_denied_and_escalated():
@@ -387,7 +387,7 @@ def test_a_drain_that_needs_approval_waits_for_it():
     assert detail.incident.status == "awaiting_approval"
     assert [d.decision for d in detail.decisions if d.tool == "node_drain"] == ["needs_approval"]
     assert not [a for a in detail.actions if a.tool == "node_drain"]
-    assert inc.store.statuses == ["diagnosed", "awaiting_approval"]
+    assert inc.store.statuses == ["investigating", "diagnosed", "awaiting_approval"]
 
 
 def test_only_an_allowed_approver_can_approve():
@@ -421,7 +421,7 @@ def test_only_an_allowed_approver_can_approve():
     assert drain_decisions[0].seq < drain_decisions[1].seq
     assert [a.action_id for a in detail.actions if a.tool == "node_drain"] == [waiting["action_id"]]
     assert detail.incident.status == "escalated"
-    assert inc.store.statuses == ["diagnosed", "awaiting_approval", "escalated"]
+    assert inc.store.statuses == ["investigating", "diagnosed", "awaiting_approval", "escalated"]
 
 
 def test_a_rejection_leaves_the_node_alone():
@@ -441,7 +441,7 @@ def test_a_rejection_leaves_the_node_alone():
     # The job still reruns away from the suspect node, and hardware hears about it.
     assert inc.backend.cluster.job(f"{JOB}-r1").config["exclude_nodes"] == [BAD_NODE]
     assert detail.incident.status == "escalated"
-    assert inc.store.statuses == ["diagnosed", "awaiting_approval", "escalated"]
+    assert inc.store.statuses == ["investigating", "diagnosed", "awaiting_approval", "escalated"]
 
 
 def test_an_approved_drain_still_answers_to_the_breaker():
@@ -472,4 +472,4 @@ def test_dry_run_with_an_approval_tier_proposes_without_waiting():
     assert drain["decision"] == "dry_run" and "alice" in drain["reason"]
     assert inc.unchanged()
     assert inc.pending() == []
-    assert inc.store.statuses == ["diagnosed", "closed"]
+    assert inc.store.statuses == ["investigating", "diagnosed", "closed"]

@@ -64,18 +64,26 @@ def _signal_texts(sig: Signal) -> list[str]:
     return texts
 
 
-def _mentions(text: str, literal: str) -> bool:
-    """`literal` appears in `text` as a name of its own, not inside a longer word: a user `bea`
-    is not in `heartbeats`, but a node `gpu-b07` is in `(gpu-b07|...)` or `on gpu-b07:`."""
-    return re.search(rf"(?<![A-Za-z0-9]){re.escape(literal)}(?![A-Za-z0-9])", text, re.I) is not None
+def _names_pattern(literals: list[Literal]) -> re.Pattern[str]:
+    """Every literal as a name of its own, not inside a longer word: a user `bea` is not in
+    `heartbeats`, but a node `gpu-b07` is in `(gpu-b07|...)` or `on gpu-b07:`. One pattern for
+    all of them: thousands of names against hundreds of signals must stay quick."""
+    names = sorted({lit.value for lit in literals}, key=len, reverse=True)
+    return re.compile(r"(?<![A-Za-z0-9])(" + "|".join(map(re.escape, names)) + r")(?![A-Za-z0-9])", re.I)
 
 
 def offending(signals: list[tuple[str, int, Signal]], literals: list[Literal]) -> list[str]:
+    by_name: dict[str, list[Literal]] = {}
+    for lit in literals:
+        by_name.setdefault(lit.value.lower(), []).append(lit)
+    names = _names_pattern(literals)
     problems = []
     for label, idx, sig in signals:
         for text in _signal_texts(sig):
-            for lit in literals:
-                if _mentions(text, lit.value):
+            # Overlapping names (gpu-b0 and gpu-b07) are all found: search from each start.
+            found = {m.group(1).lower() for i in range(len(text)) if (m := names.match(text, i))}
+            for name in sorted(found):
+                for lit in by_name[name]:
                     problems.append(f"{label} signal {idx} ({sig.where}) names {lit.kind} {lit.value!r} "
                                     f"from scenario {lit.scenario}: {text!r}")
     return problems
