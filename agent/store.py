@@ -181,7 +181,8 @@ class IncidentStore:
     def __init__(self, path: str | Path = ":memory:"):
         self.path = str(path)
         # One thread: the journal runs tiny statements, and a pool of workers only contends.
-        self._con = duckdb.connect(self.path, config={"threads": 1})
+        self._con = duckdb.connect(self.path)
+        self._con.execute("SET threads = 1")
         # Re-entrant so the guard can hold it across a read-decide-journal sequence.
         self.lock = threading.RLock()
         self._con.execute(_SCHEMA)

@@ -20,7 +20,7 @@ from pydantic import BaseModel
 
 from crashcart.tools import render
 from crashcart.tools._spec import ToolCall, ToolError, ToolInput, ToolSpec
-from crashcart.tools.backends.base import ActionTarget, Backend
+from crashcart.tools.backends.base import STUCK_PENDING_REASONS, ActionTarget, Backend, ClusterChanges
 from crashcart.tools.backends.slurm import _parse as parse
 from crashcart.tools.backends.slurm._cli import SlurmCLI
 from crashcart.tools.backends.slurm._config import SlurmSettings
@@ -142,7 +142,8 @@ class SlurmBackend(JobFiles, Backend):
 
     @staticmethod
     def node_row(n: parse.NodeInfo, partition: str | None = None) -> NodeRow:
-        return NodeRow(node=n.name, partition=partition or (n.partitions[0] if n.partitions else None),
+        # A node in several partitions is shown in the first by name: sinfo's text and JSON list them in different orders.
+        return NodeRow(node=n.name, partition=partition or (min(n.partitions) if n.partitions else None),
                        state=n.state, gpus=n.gpus, gpu_model=n.gpu_model, reason=n.reason)
 
     # --- jobs --------------------------------------------------------------------------
@@ -225,6 +226,25 @@ class SlurmBackend(JobFiles, Backend):
             states = ["-t", "all"] if with_ended else []
             rows = parse.squeue_text(self.cli.out(["squeue", "-h", *states, "-o", parse.SQUEUE_FORMAT]))
         return rows if with_ended else [r for r in rows if r.state.upper() in ACTIVE]
+
+    # --- watching --------------------------------------------------------------------------
+
+    WATCHED_STATES = "FAILED,NODE_FAIL,OUT_OF_MEMORY,TIMEOUT,BOOT_FAIL,PREEMPTED,DEADLINE"
+
+    def changes_since(self, since: datetime, stall_minutes: float) -> ClusterChanges:
+        """One sacct over the window (only jobs that ended badly in it), the queue for stuck
+        pending reasons, sinfo for nodes down: three commands per poll, however big the history."""
+        now = self.now()
+        start = render.aware(since).astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S")
+        _, rows = self.sacct(["-X", "-a", "-S", start, "-E", "now", "-s", self.WATCHED_STATES])
+        since_utc = render.aware(since)
+        changes = ClusterChanges(now=now)
+        changes.failed = [r for r in rows if r.attempt is None and r.end_time and r.end_time > since_utc
+                          and r.state.upper().split(" ")[0] in self.WATCHED_STATES.split(",")]
+        changes.pending = [r for r in self.queue() if r.state.upper() == "PENDING" and r.reason in STUCK_PENDING_REASONS]
+        # Stalls need the job's own progress (its log's last line); Slurm does not record it.
+        changes.nodes_down = [self.node_row(n) for n in self.nodes() if n.state in ("down", "not_ready")]
+        return changes
 
     @staticmethod
     def _filter(rows: list[JobRow], *, node=None, partition=None, user=None, state=None) -> list[JobRow]:
