@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -80,6 +81,21 @@ STUCK_PENDING_REASONS = frozenset({
     "PartitionNodeLimit", "PartitionDown", "ReqNodeNotAvail", "BadConstraints",
     "ImagePullBackOff", "ErrImagePull", "CreateContainerConfigError",
 })
+
+
+def set_dotted(config: dict, key: str, value: object) -> None:
+    """Set `env.NCCL_SOCKET_IFNAME`-style keys in a job's config, as a resubmit's changes say."""
+    from crashcart.tools._spec import ToolError
+
+    *parents, leaf = key.split(".")
+    here = config
+    for i, part in enumerate(parents):
+        child = here.setdefault(part, {})
+        if not isinstance(child, dict):
+            raise ToolError(f"resubmit: config key {'.'.join(parents[: i + 1])!r} is {child!r}, "
+                            f"not a mapping, so {key!r} cannot be set")
+        here = child
+    here[leaf] = copy.deepcopy(value)
 
 
 class Backend(ABC):

@@ -18,7 +18,7 @@ from pydantic import BaseModel
 
 from crashcart.tools import render
 from crashcart.tools._spec import ALL_BACKENDS, ToolCall, ToolError, ToolInput, ToolSpec
-from crashcart.tools.backends.base import STUCK_PENDING_REASONS, ActionTarget, Backend, ClusterChanges
+from crashcart.tools.backends.base import STUCK_PENDING_REASONS, ActionTarget, Backend, ClusterChanges, set_dotted
 from crashcart.tools.catalog import (
     ActionOutput, CancelInput, ConfigOutput, DescribeInput, DescribeOutput, EscalateInput, EventsInput,
     EventsOutput, GpuOutput, HistoryInput, JobInput, JobRow, JobsOutput, ListJobsInput, LogOutput,
@@ -41,18 +41,6 @@ CORDON_TAINT = Taint(key="node.kubernetes.io/unschedulable", effect="NoSchedule"
 def _known(names: list[str], limit: int = 8) -> str:
     shown = ", ".join(names[:limit])
     return f"{shown}, ... ({len(names)} in all)" if len(names) > limit else shown or "none"
-
-
-def _set_dotted(config: dict[str, Any], key: str, value: Any) -> None:
-    *parents, leaf = key.split(".")
-    here = config
-    for i, part in enumerate(parents):
-        child = here.setdefault(part, {})
-        if not isinstance(child, dict):
-            raise ToolError(f"resubmit: config key {'.'.join(parents[: i + 1])!r} is "
-                            f"{child!r}, not a mapping, so {key!r} cannot be set")
-        here = child
-    here[leaf] = copy.deepcopy(value)
 
 
 class FixtureBackend(Backend):
@@ -413,7 +401,7 @@ class FixtureBackend(Backend):
             self._node(name)
         config = copy.deepcopy(old.config)
         for key, value in a.changes.items():
-            _set_dotted(config, key, value)
+            set_dotted(config, key, value)
         excluded = list(dict.fromkeys([*config.get("exclude_nodes", []), *a.exclude_nodes]))
         if excluded:
             config["exclude_nodes"] = excluded

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from crashcart.tools._spec import ToolCall, ToolError
-from crashcart.tools.backends.base import ActionTarget, current_incident
+from crashcart.tools.backends.base import ActionTarget, current_incident, set_dotted
 from crashcart.tools.backends.slurm._parse import ACTIVE, UNAVAILABLE, nodes_of
 from crashcart.tools.backends.slurm._submit import export_option, render_options, set_args
 from crashcart.tools.catalog import ActionOutput, CancelInput, EscalateInput, NodeWriteInput, NotifyInput, ResubmitInput
@@ -188,7 +188,7 @@ class Actions:
                             "resubmit.config: none (only env.* keys, mem_gb and excluded nodes)")
         path, config = self.read_config_file(info)
         for key, value in knobs.items():
-            _set_dotted(config, key, value)
+            set_dotted(config, key, value)
         p = PurePosixPath(path)
         text = json.dumps(config, indent=2) if _is_json(path, settings.config_file.format) else yaml.safe_dump(config, sort_keys=False)
         copy = self.save(str(p.parent), f"{p.stem}.crashcart-{info.row.job}-{_stamp()}{p.suffix}", text)
@@ -297,18 +297,6 @@ def _mem_option(gb: Any) -> str:
     if mib <= 0:
         raise ToolError(f"resubmit: mem_gb must be positive, got {gb!r}")
     return f"{mib}M"
-
-
-def _set_dotted(config: dict[str, Any], key: str, value: Any) -> None:
-    *parents, leaf = key.split(".")
-    here = config
-    for i, part in enumerate(parents):
-        child = here.setdefault(part, {})
-        if not isinstance(child, dict):
-            raise ToolError(f"resubmit: config key {'.'.join(parents[: i + 1])!r} is {child!r}, "
-                            f"not a mapping, so {key!r} cannot be set")
-        here = child
-    here[leaf] = value
 
 
 def _is_json(path: str, fmt: str) -> bool:
