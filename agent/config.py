@@ -28,12 +28,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from crashcart.agent.guard import GuardPolicy, PolicyError, load_policy, policy_from_dict
 from crashcart.tools.backends.slurm import SlurmBackend, SlurmSettings
-from crashcart.tools.yamlio import describe_validation_error, describe_yaml_error, load_yaml
+from crashcart.tools.yamlio import DataFileError, describe_validation_error, read_yaml_file
 
 
 class ClusterConfigError(ValueError):
@@ -73,13 +72,9 @@ def load_cluster_config(path: str | Path) -> tuple[ClusterConfig, GuardPolicy]:
     """The config and its guard policy; ClusterConfigError names the file and the field."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise ClusterConfigError(path, f"cannot read: {e}") from None
-    try:
-        data = load_yaml(text)
-    except yaml.YAMLError as e:
-        raise ClusterConfigError(path, describe_yaml_error(e)) from None
+        data = read_yaml_file(path)
+    except DataFileError as e:
+        raise ClusterConfigError(path, e.message) from None
     return parse_cluster_config(data, path)
 
 

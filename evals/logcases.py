@@ -14,7 +14,7 @@ from pydantic import BaseModel, Field, ValidationError, field_validator
 
 from crashcart.evals.scenario import FAMILIES, REMEDIES, one_of
 from crashcart.tools.cluster import Strict
-from crashcart.tools.yamlio import describe_validation_error, describe_yaml_error, load_yaml
+from crashcart.tools.yamlio import DataFileError, describe_validation_error, read_yaml_file
 
 LOGS_DIR = Path(__file__).parent / "logs"
 
@@ -78,13 +78,12 @@ def discover_logs(root: Path | None = None) -> list[Path]:
 
 def _load_expectation(path: Path) -> LogExpectation:
     try:
-        data = load_yaml(path.read_text(encoding="utf-8"))
+        data = read_yaml_file(path)
         return LogExpectation.model_validate(data)
+    except DataFileError as e:
+        raise ValueError(str(e)) from None
     except ValidationError as e:
         raise ValueError(f"{path}: {describe_validation_error(e, data)}") from None
-    except Exception as e:  # YAML or I/O: the message names the file either way
-        detail = describe_yaml_error(e) if hasattr(e, "problem_mark") else str(e)
-        raise ValueError(f"{path}: {detail}") from None
 
 
 def run_log_case(path: Path) -> LogResult:

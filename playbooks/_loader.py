@@ -7,11 +7,10 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
-import yaml
 from pydantic import ValidationError
 
 from crashcart.playbooks._model import Label, Playbook
-from crashcart.tools.yamlio import describe_validation_error, describe_yaml_error, load_yaml
+from crashcart.tools.yamlio import DataFileError, describe_validation_error, read_yaml_file
 
 BUNDLED_DIR = Path(__file__).parent
 
@@ -51,10 +50,10 @@ def _load(directory: str) -> KnowledgeBase:
         raise PlaybookError(f"{directory}: no playbook files (*.yaml)")
     for path in files:
         try:
-            data = load_yaml(path.read_text(encoding="utf-8"))
+            data = read_yaml_file(path)
             book = Playbook.model_validate(data)
-        except yaml.YAMLError as e:
-            raise PlaybookError(f"{path}: {describe_yaml_error(e)}") from None
+        except DataFileError as e:
+            raise PlaybookError(str(e)) from None
         except ValidationError as e:
             raise PlaybookError(f"{path}: {describe_validation_error(e, data)}") from None
         for name, label in book.labels.items():

@@ -1,5 +1,6 @@
 """Reading YAML data (scenarios, playbooks, guard policies) and saying clearly what is wrong."""
 
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -12,6 +13,26 @@ _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 def load_yaml(text: str) -> Any:
     """Parse YAML safely; raises yaml.YAMLError (describe it with describe_yaml_error)."""
     return yaml.load(text, Loader=_LOADER)
+
+
+class DataFileError(Exception):
+    """A data file could not be read or parsed; the message says where (line and column)."""
+
+    def __init__(self, path: str | Path, message: str):
+        self.path, self.message = str(path), message
+        super().__init__(f"{path}: {message}")
+
+
+def read_yaml_file(path: str | Path) -> Any:
+    """Read and parse one YAML file; DataFileError names the file and what is wrong."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise DataFileError(path, f"cannot read: {e}") from None
+    try:
+        return load_yaml(text)
+    except yaml.YAMLError as e:
+        raise DataFileError(path, describe_yaml_error(e)) from None
 
 
 def describe_yaml_error(err: yaml.YAMLError) -> str:

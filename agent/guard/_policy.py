@@ -13,12 +13,11 @@ from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from crashcart.tools.backends.base import ActionTarget
 from crashcart.tools.catalog import Team
-from crashcart.tools.yamlio import describe_validation_error, describe_yaml_error, load_yaml
+from crashcart.tools.yamlio import DataFileError, describe_validation_error, read_yaml_file
 
 DEFAULT_POLICY_PATH = Path(__file__).with_name("default.yaml")
 Mode = Literal["observe", "dry_run", "autonomous"]
@@ -148,11 +147,7 @@ def load_policy(path: str | Path | None = None) -> GuardPolicy:
     """Load a guard.yaml; the packaged default when `path` is None."""
     path = Path(path) if path is not None else DEFAULT_POLICY_PATH
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise PolicyError(path, f"cannot read: {e}") from None
-    try:
-        data = load_yaml(text)
-    except yaml.YAMLError as e:
-        raise PolicyError(path, describe_yaml_error(e)) from None
+        data = read_yaml_file(path)
+    except DataFileError as e:
+        raise PolicyError(path, e.message) from None
     return policy_from_dict(data, path)
