@@ -14,6 +14,7 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.runtime import Runtime
 from langgraph.types import interrupt
 
+from crashcart.agent.crashpoints import crash_point
 from crashcart.agent.guard import Guard
 from crashcart.agent.policies.base import Policy
 from crashcart.agent.report import incident_summary
@@ -114,6 +115,8 @@ def build_graph(checkpointer: Any = None):
         allowed = any(a["decision"] == "allow" for a in state.get("actions") or [])
         # Acting is idempotent: an action journaled as executed (before a crash) is not run again.
         done = deps.store.executed_action_ids(state["incident_id"]) if allowed else set()
+        if allowed:
+            crash_point("before_act")
         updated = []
         for a in state.get("actions") or []:
             if a["decision"] == "allow" and a["action_id"] not in done and a.get("result") is None:
@@ -123,6 +126,7 @@ def build_graph(checkpointer: Any = None):
                     args["request_id"] = a["action_id"]
                 with acting_for(state["incident_id"]):  # a live backend names the incident on the cluster
                     ok, out, err = _call_tool(deps, ToolCall(tool=a["tool"], args=args))
+                crash_point("after_action")
                 result = out.model_dump(mode="json") if out is not None else None
                 a = {**a, "result": result, "error": err}
                 deps.store.record_action(

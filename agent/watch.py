@@ -16,6 +16,7 @@ from typing import Any
 
 from crashcart.agent.graph import Deps
 from crashcart.agent.runner import resume_unfinished, start_incident
+from crashcart.tools import ToolError
 from crashcart.tools.backends.base import ClusterChanges
 
 UNFINISHED = ("open", "detected", "investigating", "diagnosed")
@@ -111,13 +112,21 @@ class Watcher:
         resume_unfinished(self.deps, incident_id, self.checkpointer)
         return incident_id
 
-    def run(self, polls: int | None = None, on_poll=None) -> None:
+    def run(self, polls: int | None = None, on_poll=None, on_error=None) -> None:
         done = 0
         while polls is None or done < polls:
             started = time.monotonic()
-            touched = self.poll_once()
-            if on_poll:
-                on_poll(touched)
+            try:
+                touched = self.poll_once()
+            except ToolError as e:
+                # The login node is unreachable or a command failed: the pager loop outlives it
+                # and the next poll starts from the same cursor, so nothing is skipped.
+                if on_error is None:
+                    raise
+                on_error(e)
+            else:
+                if on_poll:
+                    on_poll(touched)
             done += 1
             if polls is None or done < polls:
                 time.sleep(max(0.0, self.settings.interval_s - (time.monotonic() - started)))

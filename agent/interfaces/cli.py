@@ -140,8 +140,23 @@ def diagnose(
         raise typer.Exit(1)
 
 
+def _policy(guard_file: Optional[Path], fallback, mode: Optional[str]):
+    """The guard policy: --guard, else the scenario's or cluster's own, else the built-in; --mode on top."""
+    from crashcart.agent.guard import PolicyError, load_policy
+
+    try:
+        policy = load_policy(guard_file) if guard_file else fallback()
+    except PolicyError as e:
+        _fail(str(e))
+    if mode:
+        if mode not in {"observe", "dry_run", "autonomous"}:
+            _fail(f"mode {mode!r}: one of observe, dry_run, autonomous")
+        policy = policy.model_copy(update={"mode": mode})
+    return policy
+
+
 def _scenario_deps(scenario_path: str, mode: Optional[str], guard_file: Optional[Path], store_path: str):
-    from crashcart.agent.guard import PolicyError, load_policy, policy_from_dict
+    from crashcart.agent.guard import load_policy, policy_from_dict
     from crashcart.agent.policies import make_policy
     from crashcart.agent.runner import make_deps
     from crashcart.agent.store import IncidentStore
@@ -152,20 +167,34 @@ def _scenario_deps(scenario_path: str, mode: Optional[str], guard_file: Optional
         scenario = load_scenario(scenario_path)
     except ScenarioError as e:
         _fail(str(e))
-    try:
-        if guard_file:
-            policy = load_policy(guard_file)
-        elif scenario.guard:
-            policy = policy_from_dict(scenario.guard, source=f"{scenario_path}: guard")
-        else:
-            policy = load_policy(None)
-    except PolicyError as e:
-        _fail(str(e))
-    if mode:
-        policy = policy.model_copy(update={"mode": mode})
+    policy = _policy(guard_file, lambda: policy_from_dict(scenario.guard, source=f"{scenario_path}: guard")
+                     if scenario.guard else load_policy(None), mode)
     store = IncidentStore(store_path)
     backend = FixtureBackend(scenario.cluster, scenario.backend)
     return scenario, make_deps(backend, make_policy("playbook"), policy, store, cluster=scenario.id)
+
+
+def _cluster_deps(cluster_file: Path, mode: Optional[str], guard_file: Optional[Path], store_path: str):
+    """A live cluster from its cluster.yaml: its backend, and its guard unless --guard says otherwise."""
+    from crashcart.agent.config import ClusterConfigError, load_cluster_config
+    from crashcart.agent.policies import make_policy
+    from crashcart.agent.runner import make_deps
+    from crashcart.agent.store import IncidentStore
+
+    try:
+        config, own = load_cluster_config(cluster_file)
+    except ClusterConfigError as e:
+        _fail(str(e))
+    policy = _policy(guard_file, lambda: own, mode)
+    return config, make_deps(config.make_backend(), make_policy("playbook"), policy, IncidentStore(store_path),
+                             cluster=config.name)
+
+
+def _target(scenario: Optional[str], cluster: Optional[Path]) -> None:
+    if bool(scenario) == bool(cluster):
+        _fail("give either a scenario file (a recorded incident) or --cluster cluster.yaml (a live cluster), not both")
+    if cluster and not cluster.exists():
+        _fail(f"{cluster}: no such file")
 
 
 def _checkpointer(path: Path):
@@ -179,9 +208,15 @@ def _checkpointer(path: Path):
 
 @app.command()
 def investigate(
-    scenario: str = typer.Argument(..., help="A scenario file (a recorded incident)"),
+    scenario: Optional[str] = typer.Argument(None, help="A scenario file (a recorded incident)"),
+    cluster: Optional[Path] = typer.Option(None, "--cluster", help="A cluster.yaml: investigate on the live cluster"),
+    job: Optional[str] = typer.Option(None, help="With --cluster: the job to look at"),
+    node: Optional[str] = typer.Option(None, help="With --cluster: the node to look at"),
+    text: Optional[str] = typer.Option(None, help="With --cluster: the question, as a person would ask it"),
+    kind: Optional[str] = typer.Option(None, help="With --cluster: job_failed | job_stalled | job_pending | node_alert | chat "
+                                                  "(default: from --job/--node/--text)"),
     mode: Optional[str] = typer.Option(None, help="observe | dry_run | autonomous (overrides the guard file)"),
-    guard: Optional[Path] = typer.Option(None, help="A guard.yaml (default: the scenario's, else the built-in dry-run policy)"),
+    guard: Optional[Path] = typer.Option(None, help="A guard.yaml (default: the scenario's or cluster's, else the built-in dry-run policy)"),
     state_dir: Path = typer.Option(DEFAULT_STATE_DIR, help="Where the incident store and checkpoints live"),
     approver: Optional[str] = typer.Option(None, help="Approve at a prompt as this person when the guard asks"),
 ) -> None:
@@ -189,15 +224,23 @@ def investigate(
     from crashcart.agent.interfaces.transcript import render_incident
     from crashcart.agent.runner import pending_approval, resume_incident, start_incident
 
-    if mode and mode not in {"observe", "dry_run", "autonomous"}:
-        _fail(f"mode {mode!r}: one of observe, dry_run, autonomous")
+    _target(scenario, cluster)
     state_dir.mkdir(parents=True, exist_ok=True)
-    sc, deps = _scenario_deps(scenario, mode, guard, str(state_dir / "incidents.duckdb"))
+    store_path = str(state_dir / "incidents.duckdb")
+    if cluster:
+        config, deps = _cluster_deps(cluster, mode, guard, store_path)
+        trigger = _live_trigger(kind, job, node, text)
+        name, title, source, again = config.name, f"{config.name}: {_describe(trigger)}", f"cluster:{cluster}", f"--cluster {cluster}"
+    else:
+        if job or node or text or kind:
+            _fail("--job, --node, --text and --kind go with --cluster; a scenario file has its own trigger")
+        sc, deps = _scenario_deps(scenario, mode, guard, store_path)
+        trigger = sc.trigger.model_dump()
+        name, title, source, again = sc.id, f"{sc.id}: {sc.title}", f"scenario:{scenario}", f"--scenario {scenario}"
     saver = _checkpointer(state_dir / "checkpoints.sqlite")
     console = _console()
-    run = start_incident(deps, sc.trigger.model_dump(), cluster=sc.id, source=f"scenario:{scenario}",
-                         checkpointer=saver, record=True)
-    render_incident(console, run.state, title=f"{sc.id}: {sc.title}")
+    run = start_incident(deps, trigger, cluster=name, source=source, checkpointer=saver, record=True)
+    render_incident(console, run.state, title=title)
     if not run.interrupted:
         return
     waiting = pending_approval(deps, run.incident_id, saver)
@@ -207,16 +250,34 @@ def investigate(
     if approver and sys.stdin.isatty():
         answer = typer.confirm(f"Approve as {approver}?", default=False)
         run = resume_incident(deps, run.incident_id, {"approver": approver, "approved": answer}, saver)
-        render_incident(console, run.state, title=f"{sc.id} after approval")
+        render_incident(console, run.state, title=f"{title} after approval")
     else:
-        console.print(f"approve from any terminal: crashcart approve {run.incident_id} --scenario {scenario} "
+        console.print(f"approve from any terminal: crashcart approve {run.incident_id} {again} "
                       f"--approver NAME [--reject] --state-dir {state_dir}")
+
+
+TRIGGER_KINDS = ("job_failed", "job_stalled", "job_pending", "node_alert", "chat")
+
+
+def _live_trigger(kind: Optional[str], job: Optional[str], node: Optional[str], text: Optional[str]) -> dict:
+    if kind and kind not in TRIGGER_KINDS:
+        _fail(f"--kind {kind!r}: one of {', '.join(TRIGGER_KINDS)}")
+    if not (job or node or text):
+        _fail("with --cluster, say what to look at: --job, --node or --text")
+    kind = kind or ("chat" if text else "job_failed" if job else "node_alert")
+    return {"kind": kind, "job": job, "node": node, "text": text}
+
+
+def _describe(trigger: dict) -> str:
+    what = trigger.get("job") and f"job {trigger['job']}" or trigger.get("node") and f"node {trigger['node']}" or ""
+    return f"{trigger['kind']} {what}".strip()
 
 
 @app.command()
 def approve(
     incident: str = typer.Argument(..., help="The incident id printed by investigate"),
-    scenario: str = typer.Option(..., help="The scenario the incident runs on"),
+    scenario: Optional[str] = typer.Option(None, help="The scenario the incident runs on"),
+    cluster: Optional[Path] = typer.Option(None, "--cluster", help="Or the cluster.yaml of the live cluster it runs on"),
     approver: str = typer.Option(..., help="Who approves (must be allowed by the guard policy)"),
     reject: bool = typer.Option(False, "--reject", help="Reject instead of approving"),
     mode: Optional[str] = typer.Option(None, help="The mode the incident ran in"),
@@ -227,7 +288,9 @@ def approve(
     from crashcart.agent.interfaces.transcript import render_incident
     from crashcart.agent.runner import pending_approval, resume_incident
 
-    sc, deps = _scenario_deps(scenario, mode, guard, str(state_dir / "incidents.duckdb"))
+    _target(scenario, cluster)
+    store_path = str(state_dir / "incidents.duckdb")
+    deps = (_cluster_deps(cluster, mode, guard, store_path) if cluster else _scenario_deps(scenario, mode, guard, store_path))[1]
     saver = _checkpointer(state_dir / "checkpoints.sqlite")
     if not pending_approval(deps, incident, saver):
         _fail(f"incident {incident} is not waiting for an approval")
@@ -293,21 +356,30 @@ def export_command(
 
 @app.command()
 def watch(
-    scenario: str = typer.Argument(..., help="The cluster to watch: a scenario file (fixture backend)"),
+    scenario: Optional[str] = typer.Argument(None, help="A recorded cluster to watch: a scenario file (fixture backend)"),
+    cluster: Optional[Path] = typer.Option(None, "--cluster", help="A cluster.yaml: watch the live cluster"),
     interval: float = typer.Option(60.0, help="Seconds between polls"),
     polls: Optional[int] = typer.Option(None, help="Stop after this many polls (default: run until stopped)"),
-    stall_minutes: float = typer.Option(45.0, help="A running job without progress this long is stalled"),
+    stall_minutes: float = typer.Option(45.0, help="A running job without progress or log output this long is stalled"),
+    lookback_minutes: float = typer.Option(60.0, help="How far back the first poll of a new store looks"),
     mode: Optional[str] = typer.Option(None, help="observe | dry_run | autonomous (overrides the guard file)"),
-    guard: Optional[Path] = typer.Option(None, help="A guard.yaml (default: the scenario's, else the built-in)"),
+    guard: Optional[Path] = typer.Option(None, help="A guard.yaml (default: the scenario's or cluster's, else the built-in)"),
     state_dir: Path = typer.Option(DEFAULT_STATE_DIR),
 ) -> None:
     """The on-call loop: poll for what changed, one incident per root cause, act through the guard."""
     from crashcart.agent.watch import Watcher, WatchSettings, lifecycle
 
+    _target(scenario, cluster)
     state_dir.mkdir(parents=True, exist_ok=True)
-    sc, deps = _scenario_deps(scenario, mode, guard, str(state_dir / "incidents.duckdb"))
-    watcher = Watcher(deps, cluster=sc.id, checkpointer=_checkpointer(state_dir / "checkpoints.sqlite"),
-                      settings=WatchSettings(interval_s=interval, stall_minutes=stall_minutes))
+    store_path = str(state_dir / "incidents.duckdb")
+    if cluster:
+        config, deps = _cluster_deps(cluster, mode, guard, store_path)
+        name = config.name
+    else:
+        sc, deps = _scenario_deps(scenario, mode, guard, store_path)
+        name = sc.id
+    settings = WatchSettings(interval_s=interval, stall_minutes=stall_minutes, lookback_minutes=lookback_minutes)
+    watcher = Watcher(deps, cluster=name, checkpointer=_checkpointer(state_dir / "checkpoints.sqlite"), settings=settings)
     console = _console()
 
     def report(touched: list[str]) -> None:
@@ -318,7 +390,15 @@ def watch(
         if not touched:
             console.print("[dim]poll: nothing new[/]")
 
-    watcher.run(polls=polls, on_poll=report)
+    def trouble(error: Exception) -> None:
+        console.print(f"[red]poll failed:[/] {error} [dim](retrying at the next poll)[/]", highlight=False)
+
+    try:
+        watcher.run(polls=polls, on_poll=report, on_error=trouble)
+    finally:
+        close = getattr(deps.backend, "close", None)
+        if close:
+            close()
 
 
 @app.command()

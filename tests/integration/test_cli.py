@@ -239,6 +239,38 @@ def test_investigate_bad_mode_and_bad_scenario(runner, tmp_path, write_scenario)
     assert f"error: {bad}: cluster.nodes[0:gpu-a01].stat: unknown field" in result.output
 
 
+def test_a_live_cluster_is_named_by_its_cluster_file_not_with_a_scenario(runner, tmp_path):
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text("name: gpu-prod\nbackend: slurm\n")
+    for command in ("investigate", "watch"):
+        both = invoke(runner, command, XID79_SCENARIO, "--cluster", cluster, "--state-dir", tmp_path)
+        assert both.exit_code == 2 and "either a scenario file" in both.output
+        neither = invoke(runner, command, "--state-dir", tmp_path)
+        assert neither.exit_code == 2 and "either a scenario file" in neither.output
+    missing = invoke(runner, "watch", "--cluster", tmp_path / "nope.yaml", "--state-dir", tmp_path)
+    assert missing.exit_code == 2 and "nope.yaml: no such file" in missing.output
+
+
+def test_a_broken_cluster_file_names_the_file_and_the_field(runner, tmp_path):
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text("name: gpu-prod\nbackend: slurm\nslurm:\n  conection: {method: local}\n")
+    for command in (("watch", "--polls", "1"), ("investigate", "--job", "42")):
+        result = invoke(runner, *command, "--cluster", cluster, "--state-dir", tmp_path)
+        assert result.exit_code == 2, result.output
+        assert f"error: {cluster}: slurm.conection" in result.output
+
+
+def test_investigate_on_a_live_cluster_needs_something_to_look_at(runner, tmp_path):
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text("name: gpu-prod\nbackend: slurm\n")
+    result = invoke(runner, "investigate", "--cluster", cluster, "--state-dir", tmp_path)
+    assert result.exit_code == 2 and "--job, --node or --text" in result.output
+    result = invoke(runner, "investigate", "--cluster", cluster, "--job", "42", "--kind", "job_exploded", "--state-dir", tmp_path)
+    assert result.exit_code == 2 and "--kind 'job_exploded'" in result.output
+    result = invoke(runner, "investigate", XID79_SCENARIO, "--job", "42", "--state-dir", tmp_path)
+    assert result.exit_code == 2 and "go with --cluster" in result.output
+
+
 # --- guard check ---
 
 def test_guard_check_good_file(runner, tmp_path):

@@ -65,7 +65,7 @@ def cluster(*extra) -> Scripted:
         (("sacct", "-P", "-o"), f"{'|'.join(parse.SACCT_FIELDS)}\n{ROW}\n"),
         (("scontrol", "write", "batch_script"), "#!/bin/bash\n#SBATCH --time=24:00:00\nsrun python train.py \"$@\"\n"),
         (("sh", "-c"), "/home/crashcart/.crashcart/scripts/48213-resubmit.sh"),
-        (("squeue", "-h", "-o", "%i|%k"), ""),
+        (("squeue", "-h", "-t", "all", "-o", "%i|%k"), ""),
         (("sacct", "-X", "-P", "-n", "-a"), ""),
         (("sbatch",), "48250\n"),
         (("scontrol", "update"), ""),
@@ -96,7 +96,7 @@ def test_resubmit_sends_the_jobs_own_options_with_the_changes():
 
 
 def test_a_request_already_served_is_not_submitted_again():
-    t = cluster((("squeue", "-h", "-o", "%i|%k"), "48250|crashcart: resubmit of 48213 (inc-7; request r1)\n"))
+    t = cluster((("squeue", "-h", "-t", "all", "-o", "%i|%k"), "48250|crashcart: resubmit of 48213 (inc-7; request r1)\n"))
     out = backend(t).run(REGISTRY.get("resubmit"), {"job": "48213", "reason": "x", "request_id": "r1"})
     assert out.new_job == "48250" and "Already submitted" in out.message
     assert not [a for a in t.sent if "sbatch" in a]
@@ -146,3 +146,36 @@ def test_tools_of_other_backends_are_refused():
 def test_node_commands_switched_off_say_so():
     out = backend(cluster(), node_access={"method": "none"}).run(REGISTRY.get("nvidia_smi_query"), {"node": "gpu-b05"})
     assert out.gpus == [] and "switched off" in out.text
+
+
+def _running(job: str, started: str, out: str, workdir: str = "/home/dana/run") -> str:
+    return (f"JobId={job} JobName=pretrain-{job} UserId=dana(1000) JobState=RUNNING Reason=None BatchFlag=1 "
+            f"Partition=h100 NodeList=gpu-b05 TRES=cpu=8,gres/gpu=8 StartTime={started} WorkDir={workdir} "
+            f"StdOut={out} StdErr={out}")
+
+
+def test_a_running_job_whose_log_stopped_growing_is_stalled():
+    from datetime import UTC, datetime, timedelta
+
+    now = datetime.now(UTC).replace(microsecond=0)
+    long_ago = (now - timedelta(hours=3)).strftime("%Y-%m-%dT%H:%M:%S")
+    just_now = (now - timedelta(minutes=5)).strftime("%Y-%m-%dT%H:%M:%S")
+    jobs = "\n".join([
+        _running("101", long_ago, "/scratch/hung-101.out"),      # silent for an hour
+        _running("102", long_ago, "/scratch/busy-102.out"),      # wrote a minute ago
+        _running("103", just_now, "/scratch/young-103.out"),     # started 5 min ago: too young to judge
+        _running("104", long_ago, "/node-local/104.out"),        # its log is not on this filesystem
+        "JobId=105 JobName=queued UserId=dana(1000) JobState=PENDING Reason=Resources BatchFlag=1 StartTime=Unknown",
+    ])
+    stamp = lambda minutes: int((now - timedelta(minutes=minutes)).timestamp())  # noqa: E731
+    stat = (f"{stamp(61)}|/scratch/hung-101.out\n{stamp(1)}|/scratch/busy-102.out\n{stamp(50)}|/scratch/young-103.out\n")
+    t = cluster(
+        (("scontrol", "show", "job", "-o"), jobs + "\n"),
+        (("stat",), lambda a: CommandResult(a, 1, stat, "stat: cannot statx '/node-local/104.out': No such file or directory")),
+    )
+    backend = SlurmBackend(SlurmSettings(), transport=t)
+    stalled = backend.stalled_jobs(now, timedelta(minutes=45))
+    assert [r.job for r in stalled] == ["101"]
+    stats = [a for a in t.sent if a[0] == "stat"]
+    assert len(stats) == 1, "one stat for every running job's logs, however many run"
+    assert "/scratch/hung-101.out" in stats[0] and "/node-local/104.out" in stats[0]

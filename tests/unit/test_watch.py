@@ -14,6 +14,7 @@ from crashcart.agent.watch import Watcher, WatchSettings, detect
 from crashcart.evals.runner import EVAL_GUARD
 from crashcart.evals.scenario import BUNDLED_DIR, load_scenario
 from crashcart.tools.backends.fixture import FixtureBackend
+from crashcart.tools import ToolError
 from crashcart.tools.cluster import Cluster
 
 CRASH = BUNDLED_DIR / "stuck" / "shared-node-crash-five-jobs-node-fail.yaml"
@@ -109,3 +110,47 @@ def test_drains_and_cordons_are_decisions_not_alerts():
     assert [n.node for n in changes.nodes_down] == ["b"]
     (d,) = detect(changes, WatchSettings())
     assert d.trigger == {"kind": "node_alert", "job": None, "node": "b", "text": None}
+
+
+class Unreachable(FixtureBackend):
+    """A login node that is down for the first poll, back for the next."""
+
+    def __init__(self, cluster, kind):
+        super().__init__(cluster, kind)
+        self.down = True
+
+    def changes_since(self, since, stall_minutes):
+        if self.down:
+            self.down = False
+            raise ToolError("cannot run sacct on ssh login1:22: connection refused")
+        return super().changes_since(since, stall_minutes)
+
+
+def test_an_unreachable_cluster_fails_one_poll_and_the_loop_goes_on(tmp_path):
+    sc = load_scenario(OOM)
+    watcher, store = _watcher(Unreachable(sc.cluster, sc.backend), tmp_path)
+    errors, polls = [], []
+    watcher.run(polls=2, on_poll=polls.append, on_error=errors.append)
+    assert [str(e) for e in errors] == ["cannot run sacct on ssh login1:22: connection refused"]
+    # The failed poll moved no cursor: the failure it missed is found by the next one.
+    assert len(polls) == 1 and len(polls[0]) == 1
+    assert store.get_incident(polls[0][0]).incident.trigger["job"] == sc.trigger.job
+
+
+def test_without_an_error_handler_a_failed_poll_is_raised():
+    sc = load_scenario(OOM)
+    deps = make_deps(Unreachable(sc.cluster, sc.backend), PlaybookPolicy(), load_policy(EVAL_GUARD),
+                     IncidentStore(":memory:"), cluster="c1")
+    with pytest.raises(ToolError, match="connection refused"):
+        Watcher(deps, cluster="c1", settings=WatchSettings(interval_s=0)).run(polls=1)
+
+
+def test_crash_points_are_named_and_inert_unless_asked_for(monkeypatch):
+    from crashcart.agent import crashpoints
+
+    monkeypatch.delenv(crashpoints.ENV, raising=False)
+    crashpoints.crash_point("before_act")  # unset: nothing happens
+    monkeypatch.setenv(crashpoints.ENV, "after_action")
+    crashpoints.crash_point("before_act")  # another point: nothing happens
+    with pytest.raises(ValueError, match="unknown crash point 'befor_act'"):
+        crashpoints.crash_point("befor_act")

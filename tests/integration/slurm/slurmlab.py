@@ -105,8 +105,10 @@ class SlurmLab:
 
     def state(self, job_id: str) -> str:
         """The job's state in accounting ('' while accounting has no record of it yet)."""
-        out = self.cli("sacct", "-n", "-X", "-P", "-j", job_id, "-o", "State", check=False).split()
-        return out[-1] if out else ""
+        # "CANCELLED by 0": the state is the first word of the job's (last) line.
+        lines = self.cli("sacct", "-n", "-X", "-P", "-j", job_id, "-o", "State", check=False).split("\n")
+        words = [line.split() for line in lines if line.strip()]
+        return words[-1][0] if words else ""
 
     def wait_state(self, job_id: str, wanted: set[str] | str, timeout: float = 60) -> str:
         wanted = {wanted} if isinstance(wanted, str) else wanted
@@ -183,6 +185,14 @@ class SlurmLab:
 
     def backend(self, via: str = "local", node_access: str = "ssh", **over: Any) -> SlurmBackend:
         return SlurmBackend(self.settings(via, node_access, **over))
+
+    def cluster_file(self, path: Path, guard: dict[str, Any], via: str = "local") -> Path:
+        """A cluster.yaml for this cluster, as an operator would write it for `crashcart watch --cluster`."""
+        import yaml
+
+        slurm = self.settings(via).model_dump(mode="json", exclude_defaults=True)
+        path.write_text(yaml.safe_dump({"name": "crashcart-local", "backend": "slurm", "slurm": slurm, "guard": guard}))
+        return path
 
 
 def run_agent(backend: SlurmBackend, trigger: dict[str, Any], store_path: Path,

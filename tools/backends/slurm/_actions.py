@@ -165,10 +165,11 @@ class Actions:
         return f"{lineage}; {own}" if own else lineage
 
     def _submitted_for(self, request_id: str) -> str | None:
-        """The job an earlier resubmit with this request id created, if any: queued jobs
-        first (accounting lags by seconds), then accounting over the history window."""
+        """The job an earlier resubmit with this request id created, if any: every job
+        slurmctld holds first, ended ones included (accounting lags by seconds), then
+        accounting over the history window."""
         marker = f"; request {request_id})"
-        for line in self.b.cli.out(["squeue", "-h", "-o", "%i|%k"]).splitlines():
+        for line in self.b.cli.out(["squeue", "-h", "-t", "all", "-o", "%i|%k"]).splitlines():
             job, _, comment = line.partition("|")
             if marker in comment:
                 return job.strip()

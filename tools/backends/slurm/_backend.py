@@ -242,9 +242,44 @@ class SlurmBackend(JobFiles, Backend):
         changes.failed = [r for r in rows if r.attempt is None and r.end_time and r.end_time > since_utc
                           and r.state.upper().split(" ")[0] in self.WATCHED_STATES.split(",")]
         changes.pending = [r for r in self.queue() if r.state.upper() == "PENDING" and r.reason in STUCK_PENDING_REASONS]
-        # Stalls need the job's own progress (its log's last line); Slurm does not record it.
+        changes.stalled = self.stalled_jobs(now, timedelta(minutes=stall_minutes))
         changes.nodes_down = [self.node_row(n) for n in self.nodes() if n.state in ("down", "not_ready")]
         return changes
+
+    def stalled_jobs(self, now: datetime, stall: timedelta) -> list[JobRow]:
+        """Running jobs whose log has not grown for `stall`: Slurm records no progress, so the
+        job's own output is the heartbeat. Two commands however many jobs run: one
+        `scontrol show job` for every job's log paths, one `stat` over all the logs."""
+        running: list[tuple[JobRow, list[str]]] = []
+        for line in self.cli.out(["scontrol", "show", "job", "-o"]).splitlines():
+            if not line.startswith("JobId="):
+                continue
+            rec = parse.scontrol_record(line)
+            if rec.get("JobState", "").upper() != "RUNNING" or rec.get("BatchFlag") == "0":
+                continue
+            row = parse.scontrol_job(rec)
+            started = row.start_time and render.aware(row.start_time)
+            if not started or now - started < stall:
+                continue  # too young to have stalled, whatever its log says
+            info = JobInfo(row=row, live=True, workdir=rec.get("WorkDir") or None,
+                           stdout=rec.get("StdOut") or None, stderr=rec.get("StdErr") or None)
+            running.append((row, self.log_paths(info)))
+        if not running:
+            return []
+        paths = sorted({p for _, ps in running for p in ps})
+        # A log that cannot be stat'ed (not on the login node's filesystem) proves nothing: skipped.
+        result = self.cli.read(["stat", "-c", "%Y|%n", "--", *paths], check=False)
+        written: dict[str, datetime] = {}
+        for line in result.stdout.splitlines():
+            stamp, _, path = line.partition("|")
+            if stamp.isdigit():
+                written[path] = datetime.fromtimestamp(int(stamp), UTC)
+        stalled = []
+        for row, ps in running:
+            seen = [written[p] for p in ps if p in written]
+            if seen and now - max(seen) >= stall:
+                stalled.append(row)
+        return stalled
 
     @staticmethod
     def _filter(rows: list[JobRow], *, node=None, partition=None, user=None, state=None) -> list[JobRow]:
