@@ -74,7 +74,12 @@ class Signal(Strict):
     min_drop_pct: float | None = None
     """throughput: how far below the earlier median the latest rate must be."""
     min_growth_pct: float | None = None
-    """memory_growth: how much a GPU's memory use must have grown, first sample to last."""
+    """memory_growth: how much memory use must have grown, first sample to last: a GPU's in
+    telemetry or, with a pattern, the figure its named group `value` reads from each log line."""
+    exceeds_job: Literal["nodes", "gpus"] | None = None
+    """Text signals: the match counts only when its named group `count` (times the group `per`,
+    when the pattern has one) is more than the job was given of this: a launcher asking for
+    4 nodes x 8 processes inside a 24-GPU allocation can never assemble."""
     config_key: str | None = None
     config_ge: float | None = None
     config_values: list[Any] | None = None
@@ -109,12 +114,17 @@ class Signal(Strict):
             raise ValueError("a telemetry signal needs thresholds or throttle_any")
         if self.where == "config" and not self.config_key:
             raise ValueError("a config signal needs config_key")
+        if self.exceeds_job and (self.where not in text_sources or "(?P<count>" not in (self.pattern or "")):
+            raise ValueError("exceeds_job needs a text signal whose pattern has a named group `count`")
+        if self.where == "memory_growth" and self.pattern and "(?P<value>" not in self.pattern:
+            raise ValueError("a memory_growth pattern needs a named group `value` (the memory figure)")
         return self
 
 
 InvestigateTarget = Literal[
     "job", "job_nodes", "job_attempts", "node", "upstream_jobs", "node_jobs", "cluster", "namespace",
     "all_nodes",
+    "failed_peers",  # other jobs of the focus job's partition/namespace that failed in the last day
 ]
 
 
@@ -135,6 +145,10 @@ class Change(Strict):
     min_value: float | None = None
     previous_checkpoint: bool = False
     """The path of the checkpoint before the latest one (the latest is suspect)."""
+    capture: str | None = None
+    """The value a named group of the label's evidence captured (e.g. `(?P<fits>\\d+)` in the
+    line where the engine says how long a sequence fits): the component's own number beats a
+    guess. When no hit captured the group, the arithmetic above (divide, multiply) applies."""
     only_if_present: bool = False
 
 
@@ -163,6 +177,9 @@ class Label(Strict):
     signals: list[Signal]
     investigate: list[Step] = Field(default_factory=list)
     remedy: Remedy
+    shared_after_jobs: int | None = Field(None, ge=2)
+    """A job's fault that is shared once this many jobs show it (one credential, one secret, one
+    service account used by all): the root cause is then the cluster, not the job asked about."""
     analysis: Literal["demand_forecast", "idle_gpus"] | None = None
     """A computed answer (capacity reviews) that replaces the evidence lines in the report."""
 
@@ -172,6 +189,17 @@ class Label(Strict):
         if not any(not s.rules_out for s in v):
             raise ValueError("a label needs at least one signal that is not rules_out")
         return v
+
+    @model_validator(mode="after")
+    def _captures_exist(self) -> Label:
+        # A change that reads a captured value must name a group some signal defines,
+        # or it silently falls back to its arithmetic forever.
+        groups = {g for s in self.signals if s.pattern for g in re.compile(s.pattern).groupindex}
+        for key, change in self.remedy.changes.items():
+            if change.capture and change.capture not in groups:
+                raise ValueError(f"remedy change {key!r} captures {change.capture!r}, "
+                                 f"which no signal pattern names (groups: {sorted(groups) or 'none'})")
+        return self
 
 
 class Playbook(Strict):

@@ -97,6 +97,18 @@ class Evidence:
             ups += [u for u in (facts.depends_on if facts else []) if u not in ups]
         return ups
 
+    def failed_peers(self, within_hours: float = 24) -> list[str]:
+        """Other jobs of the focus jobs' partitions (namespaces) that failed recently, latest first:
+        where a shared dependency (a secret, a mount) shows itself a second time."""
+        focus = self.focus_jobs()
+        partitions = {self.jobs[j].partition for j in focus if j in self.jobs and self.jobs[j].partition}
+        peers = [
+            f for j, f in self.jobs.items()
+            if j not in focus and f.failed and f.partition in partitions and f.end_time is not None
+            and (self.now is None or (self.now - f.end_time).total_seconds() <= within_hours * 3600)
+        ]
+        return [f.job for f in sorted(peers, key=lambda f: f.end_time, reverse=True)]
+
     def focus_window(self) -> tuple[datetime | None, datetime | None]:
         """From the first start to the last end among the focus jobs and their attempts."""
         starts, ends = [], []

@@ -68,10 +68,22 @@ def _text_hits(idx: int, sig: Signal, pattern, ev: Evidence) -> list[Hit]:
         found = _first_match(pattern, doc.text)
         if found:
             line, caps = found
+            if sig.exceeds_job and not _exceeds_job(sig.exceeds_job, dict(caps), doc.entity, ev):
+                continue
             hits.append(Hit(idx, doc.entity, line, doc.call, dict(caps)))
     if sig.min_count and len({h.entity for h in hits}) < sig.min_count:
         return []
     return hits
+
+
+def _exceeds_job(what: str, caps: dict[str, str], entity: str, ev: Evidence) -> bool:
+    """What the job asked for in its own log, against what the scheduler gave it."""
+    facts = ev.jobs.get(entity[4:]) if entity.startswith("job:") else None
+    count, per = caps.get("count", ""), caps.get("per", "1")
+    if facts is None or not count.isdigit() or not per.isdigit():
+        return False
+    has = len(facts.nodes) if what == "nodes" else facts.gpus
+    return has > 0 and int(count) * int(per) > has
 
 
 def _word_matches(sig: Signal, pattern, value: str | None) -> bool:
@@ -189,7 +201,7 @@ def signal_hits(idx: int, sig: Signal, pattern, ev: Evidence) -> list[Hit]:
                 if drop >= (sig.min_drop_pct or 30):
                     hits.append(Hit(idx, f"job:{j}", f"job {j}: {rates[-1]:g} tokens/s, {drop:.0f}% below its usual {earlier:g}", f"training_progress:{j}"))
     elif sig.where == "memory_growth":
-        hits = _memory_growth_hits(idx, sig, ev)
+        hits = _logged_memory_growth_hits(idx, sig, pattern, ev) if pattern else _memory_growth_hits(idx, sig, ev)
     elif sig.where == "node_labels":
         for n in ev.relevant_nodes():
             labels = (ev.nodes.get(n) or {}).get("labels") or {}
@@ -226,6 +238,24 @@ def _memory_growth_hits(idx: int, sig: Signal, ev: Evidence) -> list[Hit]:
                 hits.append(Hit(idx, f"node:{node}", f"{node} GPU {index}: memory {used[0]:g} -> {used[-1]:g} MiB "
                                 f"over {len(used)} samples (+{growth:.0f}%)", f"gpu_metrics:{node}"))
                 break
+    return hits
+
+
+def _logged_memory_growth_hits(idx: int, sig: Signal, pattern, ev: Evidence) -> list[Hit]:
+    """A memory figure the job prints as it trains (RSS, host memory) that only ever rises:
+    the leak shows in the job's own log when no GPU telemetry covers the run."""
+    focus = {f"job:{j}" for j in ev.focus_jobs()}
+    hits = []
+    for doc in ev.docs:
+        if doc.source != "log" or doc.entity not in focus:
+            continue
+        values = [float(m["value"]) for m in pattern.finditer(doc.text)]
+        if len(values) < 3 or values[0] <= 0 or any(b < a for a, b in zip(values, values[1:])):
+            continue
+        growth = 100 * (values[-1] / values[0] - 1)
+        if growth >= (sig.min_growth_pct or 20):
+            hits.append(Hit(idx, doc.entity, f"{doc.entity[4:]}: logged memory {values[0]:g} -> {values[-1]:g} "
+                            f"over {len(values)} lines (+{growth:.0f}%)", doc.call))
     return hits
 
 

@@ -16,12 +16,13 @@ from typing import Any
 from crashcart.agent.policies.capacity import demand_forecast, idle_gpus
 from crashcart.agent.policies.evidence import Evidence, RUNNING_STATES, build_evidence, call_key
 from crashcart.agent.policies.matching import LabelMatch, match_label, near_miss
-from crashcart.agent.policies.remedy import compute_changes, plan_actions
+from crashcart.agent.policies.remedy import captured_values, compute_changes, plan_actions
 from crashcart.agent.state import Diagnosis
 from crashcart.playbooks import KnowledgeBase, load_playbooks
 from crashcart.tools._spec import REGISTRY, ToolCall
 
 MAX_NODES_PER_STEP = 16
+MAX_PEER_JOBS = 6
 SUSPICIOUS = re.compile(
     r"\b(\w*error|\w*exception|traceback|fatal|failed|killed|abort|timed? ?out|panic|segfault|nan\b|oom)",
     re.I,
@@ -129,6 +130,8 @@ class PlaybookPolicy:
                 targets = [{"job": j} for j in ev.upstream_jobs()]
             elif step.scope == "all_nodes":
                 targets = [{"node": n} for n, row in ev.nodes.items() if row.get("gpus")][:MAX_NODES_PER_STEP]
+            elif step.scope == "failed_peers":
+                targets = [{"job": j} for j in ev.failed_peers()[:MAX_PEER_JOBS]]
             elif step.scope == "namespace":
                 targets = [{"partition": ev.jobs[j].partition} for j in jobs if j in ev.jobs and ev.jobs[j].partition]
             else:
@@ -206,7 +209,7 @@ class PlaybookPolicy:
             summary, evidence = f"{label.title}: {answer}", lines + evidence
         changes: dict[str, Any] = {}
         if label.remedy.kind == "resubmit_with_changes" and ev.focus_jobs():
-            changes, notes = compute_changes(label.remedy, ev, ev.focus_jobs()[0])
+            changes, notes = compute_changes(label.remedy, ev, ev.focus_jobs()[0], captured_values(best))
             if notes:
                 summary += " (" + "; ".join(notes) + ")"
         remedy_kind = label.remedy.kind
@@ -224,7 +227,7 @@ class PlaybookPolicy:
 
     def _root_cause(self, match: LabelMatch, ev: Evidence) -> str | None:
         kind = match.entry.label.root_cause
-        if kind == "cluster":
+        if kind == "cluster" or self._shared(match):
             return "cluster"
         if kind == "node":
             nodes = match.entities("node")
@@ -239,6 +242,16 @@ class PlaybookPolicy:
         jobs = match.entities("job")
         focus = ev.focus_jobs()
         return jobs[0] if jobs else (f"job:{focus[0]}" if focus else None)
+
+    @staticmethod
+    def _shared(match: LabelMatch) -> bool:
+        """The same required error in enough jobs' own output: their common dependency is the cause."""
+        need = match.entry.label.shared_after_jobs
+        if not need:
+            return False
+        required = {i for i, s in enumerate(match.entry.label.signals) if s.required}
+        jobs = {h.entity for h in match.hits if h.signal in required and h.entity.startswith("job:")}
+        return len(jobs) >= need
 
     def _no_match(self, ev: Evidence) -> Diagnosis:
         focus = [ev.jobs[j] for j in ev.focus_jobs() if j in ev.jobs]

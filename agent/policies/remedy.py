@@ -23,7 +23,17 @@ def _number(value: float, like: Any) -> Any:
     return int(value) if isinstance(like, int) and not isinstance(like, bool) else round(value, 3)
 
 
-def compute_changes(remedy: Remedy, ev: Evidence, job: str) -> tuple[dict[str, Any], list[str]]:
+def captured_values(match: LabelMatch | None) -> dict[str, str]:
+    """Named groups the label's evidence captured, the first hit's value for each name."""
+    found: dict[str, str] = {}
+    for hit in match.hits if match else []:
+        for name, value in hit.captures.items():
+            found.setdefault(name, value)
+    return found
+
+
+def compute_changes(remedy: Remedy, ev: Evidence, job: str,
+                    captures: dict[str, str] | None = None) -> tuple[dict[str, Any], list[str]]:
     """The config changes for a resubmit, and notes on what could not be computed."""
     config = ev.configs.get(job, {})
     changes: dict[str, Any] = {}
@@ -32,12 +42,24 @@ def compute_changes(remedy: Remedy, ev: Evidence, job: str) -> tuple[dict[str, A
         current = _config_value(config, key)
         if rule.only_if_present and current is None:
             continue
-        value = _apply(rule, current, ev, job)
+        captured = (captures or {}).get(rule.capture) if rule.capture else None
+        value = parse_number(captured) if captured is not None else _apply(rule, current, ev, job)
         if value is None:
             notes.append(f"cannot compute {key} (current value {current!r})")
         elif value != current:
             changes[key] = value
     return changes, notes
+
+
+def parse_number(text: str) -> Any:
+    """A captured number as a number (a config key takes 27392, not "27392"); other text as is."""
+    cleaned = text.replace(",", "").strip()
+    for kind in (int, float):
+        try:
+            return kind(cleaned)
+        except ValueError:
+            continue
+    return text.strip()
 
 
 def _apply(rule: Change, current: Any, ev: Evidence, job: str) -> Any:
@@ -47,16 +69,19 @@ def _apply(rule: Change, current: Any, ev: Evidence, job: str) -> Any:
         return ordered[-2].path if len(ordered) >= 2 and ordered[-2].path else None
     if rule.set is not None:
         return rule.set
-    if not isinstance(current, (int, float)) or isinstance(current, bool):
+    # Environment variables hold numbers as text ("0.45"): compute on the number, keep the text form.
+    number = parse_number(current) if isinstance(current, str) else current
+    if not isinstance(number, (int, float)) or isinstance(number, bool):
         return None
-    value = float(current)
+    value = float(number)
     if rule.divide:
         value = value / rule.divide
     if rule.multiply:
         value = value * rule.multiply
     if rule.min_value is not None:
         value = max(value, rule.min_value)
-    return _number(value, current)
+    result = _number(value, number)
+    return str(result) if isinstance(current, str) else result
 
 
 def _is_running(ev: Evidence, job: str) -> bool:
@@ -105,7 +130,7 @@ def plan_actions(match: LabelMatch | None, remedy_kind: str, ev: Evidence, root_
                 + (remedy.advice or ""),
             }))
     elif remedy_kind == "resubmit_with_changes" and job:
-        changes, _ = compute_changes(remedy, ev, job)
+        changes, _ = compute_changes(remedy, ev, job, captured_values(match))
         resubmit(job, changes)
     elif remedy_kind == "exclude_node" and root_node:
         node_row = ev.nodes.get(root_node) or {}

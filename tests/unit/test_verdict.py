@@ -157,3 +157,43 @@ def test_text_log_is_decoded_and_bad_bytes_replaced():
     text = read_log_bytes("loss \u2192 nan\n".encode() + b"\xff\n", "x")
     assert text.startswith("loss \u2192 nan")
     assert "\ufffd" in text
+
+
+STALLED = """\
+2025-03-02 06:41:12 | INFO | train | step 41180 | loss 2.3127
+2025-03-02 06:41:51 | INFO | train | step 41200 | loss 2.3119
+2025-03-02 06:42:09 | INFO | train | step 41210 | loss 2.3104
+2025-03-02 07:12:09 | INFO | heartbeat | rank 0 alive | last_step 41210
+2025-03-02 07:42:09 | INFO | heartbeat | rank 0 alive | last_step 41210
+"""
+
+STILL_STEPPING = "\n".join(STALLED.splitlines()[:3]) + "\n2025-03-02 07:42:09 | INFO | train | step 41220 | loss 2.3101\n"
+
+
+def test_a_step_counter_that_stopped_while_the_log_went_on_is_a_stall():
+    v = diagnose_text(STALLED)
+    assert (v.family, v.remedy) == ("stuck", "resubmit")
+    assert v.confidence <= 0.5
+    assert any("step 41210" in e for e in v.evidence)
+
+
+def test_a_log_whose_steps_keep_advancing_is_not_a_stall():
+    assert diagnose_text(STILL_STEPPING).family == "none"
+
+
+def test_a_plain_scancel_with_no_failure_is_not_a_fault():
+    v = diagnose_text("srun: Job step aborted: Waiting up to 32 seconds for job step to finish.\n"
+                      "slurmstepd: error: *** JOB 77 ON n1 CANCELLED AT 2025-02-13T15:47:35 ***\n")
+    assert (v.family, v.remedy) == ("none", "none")
+    assert v.confidence < 0.6
+
+
+def test_a_cancel_after_a_task_failed_is_not_called_deliberate():
+    v = diagnose_text("srun: error: n1: task 0: Exited with exit code 1\n"
+                      "slurmstepd: error: *** STEP 77.0 ON n1 CANCELLED AT 2025-02-13T15:47:35 ***\n")
+    assert v.remedy != "none"
+
+
+def test_an_impossible_allocation_size_is_not_a_memory_verdict():
+    v = diagnose_text("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate more than 1EB memory.\n")
+    assert v.family != "memory"
