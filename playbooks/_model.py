@@ -76,6 +76,10 @@ class Signal(Strict):
     min_growth_pct: float | None = None
     """memory_growth: how much memory use must have grown, first sample to last: a GPU's in
     telemetry or, with a pattern, the figure its named group `value` reads from each log line."""
+    largest_share: bool = False
+    """Text signals over a scheduler's "0/N nodes are available: a node(s) ..., b node(s) ..."
+    line: the match counts only when its named group `count` is the largest count in that line,
+    so the reason that kept most nodes out is the cause and a minor one is not."""
     exceeds_job: Literal["nodes", "gpus"] | None = None
     """Text signals: the match counts only when its named group `count` (times the group `per`,
     when the pattern has one) is more than the job was given of this: a launcher asking for
@@ -116,6 +120,8 @@ class Signal(Strict):
             raise ValueError("a config signal needs config_key")
         if self.exceeds_job and (self.where not in text_sources or "(?P<count>" not in (self.pattern or "")):
             raise ValueError("exceeds_job needs a text signal whose pattern has a named group `count`")
+        if self.largest_share and (self.where not in text_sources or "(?P<count>" not in (self.pattern or "")):
+            raise ValueError("largest_share needs a text signal whose pattern has a named group `count`")
         if self.where == "memory_growth" and self.pattern and "(?P<value>" not in self.pattern:
             raise ValueError("a memory_growth pattern needs a named group `value` (the memory figure)")
         return self

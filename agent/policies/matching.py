@@ -70,10 +70,23 @@ def _text_hits(idx: int, sig: Signal, pattern, ev: Evidence) -> list[Hit]:
             line, caps = found
             if sig.exceeds_job and not _exceeds_job(sig.exceeds_job, dict(caps), doc.entity, ev):
                 continue
+            if sig.largest_share and not _largest_share(dict(caps).get("count"), line):
+                continue
             hits.append(Hit(idx, doc.entity, line, doc.call, dict(caps)))
     if sig.min_count and len({h.entity for h in hits}) < sig.min_count:
         return []
     return hits
+
+
+_NODE_COUNT = re.compile(r"\b(\d+) (?:node\(s\)|Insufficient\b)")
+
+
+def _largest_share(count: str | None, line: str) -> bool:
+    """Whether the matched reason kept at least as many nodes out as any other in its line."""
+    counts = [int(c) for c in _NODE_COUNT.findall(line)]
+    if not count or not count.isdigit():
+        return not counts  # a message without counts names one reason
+    return int(count) >= max(counts, default=0)
 
 
 def _exceeds_job(what: str, caps: dict[str, str], entity: str, ev: Evidence) -> bool:

@@ -83,3 +83,37 @@ def test_the_signals_say_what_they_need():
         Signal(where="log", pattern=r"--nnodes=(\d+)", exceeds_job="nodes")
     with pytest.raises(ValidationError, match="named group `value`"):
         Signal(where="memory_growth", pattern=r"rss (\d+)")
+
+
+def _events(message: str) -> Evidence:
+    ev = Evidence(now=NOW, trigger={"kind": "job_pending", "job": "p"})
+    ev.jobs["p"] = JobFacts(job="p", state="Pending")
+    ev.docs = [TextDoc("events", "job:p", [f"Warning FailedScheduling pod/p {message}"], "kubectl_events:p")]
+    return ev
+
+
+@pytest.mark.parametrize("message, taint, selector", [
+    ("0/9 nodes are available: 3 node(s) didn't match Pod's node affinity/selector, 6 node(s) had untolerated taint {dedicated: gpu}.", True, False),
+    ("0/9 nodes are available: 7 node(s) didn't match Pod's node affinity/selector, 2 node(s) had untolerated taint {node-role.kubernetes.io/control-plane: }.", False, True),
+    ("0/8 nodes are available: 8 node(s) had untolerated taint {nvidia.com/gpu: present}.", True, False),
+    ("0/4 nodes are available: 4 node(s) didn't match Pod's node affinity/selector.", False, True),
+    ("node(s) had untolerated taint {dedicated: gpu}", True, False),  # no counts: the one reason given
+])
+def test_the_reason_that_kept_most_nodes_out_is_the_cause(message, taint, selector):
+    ev = _events(message)
+    assert (match_label(KB["taint_toleration_mismatch"], ev) is not None) is taint
+    assert (match_label(KB["node_affinity_mismatch"], ev) is not None) is selector
+
+
+@pytest.mark.parametrize("line, virtual", [
+    ("NCCL INFO NET/Socket : Using [0]lo:127.0.0.1<0>", True),
+    ("NCCL INFO NET/Socket : Using [0]ens1f0np0:10.40.3.21<0> [1]docker0:172.17.0.1<0>", True),
+    ("NCCL INFO NET/Socket : Using [0]enp65s0f0np0:10.31.2.107<0> [1]virbr0:192.168.122.1<0>", True),
+    ("NCCL INFO Bootstrap : Using cni0:10.244.3.1<0>", True),
+    ("NCCL INFO NET/Socket : Using [0]ens1f0np0:10.40.3.21<0> [1]ens1f1np1:10.41.3.21<0>", False),
+    ("NCCL INFO NET/Socket : Using [0]bond0:10.2.0.7<0>", False),
+    ("NCCL INFO NET/Socket : Using [0]eth0:10.0.0.5<0> [1]loopback-test:1.2.3.4<0>", False),
+])
+def test_a_host_local_interface_anywhere_in_nccls_list_is_the_problem(line, virtual):
+    ev = _evidence(line + "\nsocketStartConnect: Connect to 172.17.0.1<37711> failed : Connection refused")
+    assert (match_label(KB["nccl_socket_interface"], ev) is not None) is virtual

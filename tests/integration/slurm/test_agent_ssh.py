@@ -41,7 +41,7 @@ def test_nccl_on_loopback_is_resubmitted_with_the_interface_excluded(lab: SlurmL
     state = run_agent(backend, {"kind": "job_failed", "job": old}, tmp_path / "s.duckdb")
 
     assert state["diagnosis"]["label"] == "nccl_socket_interface"
-    assert state["diagnosis"]["changes"] == {"env.NCCL_SOCKET_IFNAME": "^lo,docker"}
+    assert state["diagnosis"]["changes"] == {"env.NCCL_SOCKET_IFNAME": "^lo,docker,virbr,veth,cni,br-"}
     assert all(o["ok"] for o in state["observations"]), [o["error"] for o in state["observations"]]
     new = new_job(state)
     assert lab.wait_state(new, "COMPLETED") == "COMPLETED"

@@ -85,9 +85,9 @@ def test_watch_killed_between_detection_and_action_acts_exactly_once(lab: SlurmL
     lab.wait_state(lab.background["time_limit"], "TIMEOUT", timeout=180)
     script = lab.script(f"killed-{crash_at}.sh", CUDA_OOM)
     t0 = time.time()
-    old = lab.sbatch(script, "-J", f"sft-{crash_at}", "--gres=gpu:1", "-w", "n3", "-o", "killed-%j.out",
+    old = lab.sbatch(script, "-J", f"sft-{crash_at}", "--gres=gpu:1", "-o", "killed-%j.out",
                      args=("--batch_size=8",))
-    assert lab.wait_state(old, "FAILED") == "FAILED"
+    assert lab.wait_state(old, "FAILED", timeout=120) == "FAILED"
     cluster = lab.cluster_file(tmp_path / "cluster.yaml", GUARD)
     state = tmp_path / "state"
 
@@ -117,9 +117,9 @@ def test_watch_killed_between_detection_and_action_acts_exactly_once(lab: SlurmL
 def test_watch_detects_a_job_whose_log_stopped_and_restarts_it(lab: SlurmLab, tmp_path):
     script = lab.script("hung.sh", HUNG)
     t0 = time.time()
-    hung = lab.sbatch(script, "-J", "pretrain-hung", "--gres=gpu:1", "-w", "n4", "-o", "hung-%j.out")
+    hung = lab.sbatch(script, "-J", "pretrain-hung", "--gres=gpu:1", "-o", "hung-%j.out")
     try:
-        lab.wait_state(hung, "RUNNING")
+        lab.wait_state(hung, "RUNNING", timeout=120)
         log = lab.jobs / f"hung-{hung}.out"
         lab.wait_for("the hung job's log", lambda: log.exists() and log.read_text().count("step") == 5)
         cluster = lab.cluster_file(tmp_path / "cluster.yaml", GUARD)
@@ -148,9 +148,9 @@ def test_watch_detects_a_job_whose_log_stopped_and_restarts_it(lab: SlurmLab, tm
 
 def test_investigate_a_live_job_from_the_command_line_in_observe_mode(lab: SlurmLab, tmp_path):
     script = lab.script("observed.sh", CUDA_OOM)
-    old = lab.sbatch(script, "-J", "sft-observed", "--gres=gpu:1", "-w", "n2", "-o", "observed-%j.out",
+    old = lab.sbatch(script, "-J", "sft-observed", "--gres=gpu:1", "-o", "observed-%j.out",
                      args=("--batch_size=8",))
-    assert lab.wait_state(old, "FAILED") == "FAILED"
+    assert lab.wait_state(old, "FAILED", timeout=120) == "FAILED"
     cluster = lab.cluster_file(tmp_path / "cluster.yaml", GUARD)
     before = lab.wait_for("accounting to list the job", lambda: (snap := lab.snapshot(old))["jobs"] >= {old} and snap)
     done = subprocess.run(
