@@ -131,6 +131,12 @@ InvestigateTarget = Literal[
     "job", "job_nodes", "job_attempts", "node", "upstream_jobs", "node_jobs", "cluster", "namespace",
     "all_nodes",
     "failed_peers",  # other jobs of the focus job's partition/namespace that failed in the last day
+    "idle_gpu_nodes",  # GPU nodes the node listing shows in service with no running job holding GPUs
+]
+
+StepCondition = Literal[
+    # The scheduler says more nodes lack free GPUs than running jobs hold GPUs on.
+    "gpus_unaccounted",
 ]
 
 
@@ -140,6 +146,8 @@ class Step(Strict):
     tool: str
     scope: InvestigateTarget = "job"
     args: dict[str, Any] = Field(default_factory=dict)
+    when: StepCondition | None = None
+    """Take the step only while this holds: for calls most incidents of the label never need."""
 
 
 class Change(Strict):
@@ -171,6 +179,16 @@ class Remedy(Strict):
     """What the report recommends, for people."""
 
 
+class OneNode(Strict):
+    """A shared-storage error that can be one client's fault: when every job showing it ran on one
+    common node and jobs on other nodes ran fine meanwhile, the root cause is that node (its
+    mount, its FUSE daemon) and this remedy replaces the label's own."""
+
+    min_jobs: int = Field(2, ge=2)
+    """How many jobs must show the error: one job on a node proves nothing about the node."""
+    remedy: Remedy
+
+
 class Label(Strict):
     title: str
     priority: int = Field(50, ge=0, le=100)
@@ -186,6 +204,8 @@ class Label(Strict):
     shared_after_jobs: int | None = Field(None, ge=2)
     """A job's fault that is shared once this many jobs show it (one credential, one secret, one
     service account used by all): the root cause is then the cluster, not the job asked about."""
+    one_node: OneNode | None = None
+    """The error may be confined to one node's client; see OneNode."""
     analysis: Literal["demand_forecast", "idle_gpus"] | None = None
     """A computed answer (capacity reviews) that replaces the evidence lines in the report."""
 

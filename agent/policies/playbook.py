@@ -14,9 +14,11 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from crashcart.agent.policies.capacity import demand_forecast, idle_gpus
+from crashcart.agent.policies.conditions import CONDITIONS, idle_gpu_nodes
 from crashcart.agent.policies.evidence import Evidence, RUNNING_STATES, build_evidence, call_key
 from crashcart.agent.policies.matching import LabelMatch, match_label, near_miss
 from crashcart.agent.policies.remedy import captured_values, compute_changes, plan_actions
+from crashcart.agent.policies.scope import one_node
 from crashcart.agent.state import Diagnosis
 from crashcart.playbooks import KnowledgeBase, load_playbooks
 from crashcart.tools._spec import REGISTRY, ToolCall
@@ -117,6 +119,8 @@ class PlaybookPolicy:
         calls: list[ToolCall] = []
         jobs = ev.focus_jobs()
         for step in match.entry.label.investigate:
+            if step.when and not CONDITIONS[step.when](ev):
+                continue
             if step.scope in {"job", "job_attempts"}:
                 targets = [{"job": j} for j in jobs]
             elif step.scope == "job_nodes":
@@ -130,6 +134,8 @@ class PlaybookPolicy:
                 targets = [{"job": j} for j in ev.upstream_jobs()]
             elif step.scope == "all_nodes":
                 targets = [{"node": n} for n, row in ev.nodes.items() if row.get("gpus")][:MAX_NODES_PER_STEP]
+            elif step.scope == "idle_gpu_nodes":
+                targets = [{"node": n} for n in idle_gpu_nodes(ev)[:MAX_NODES_PER_STEP]]
             elif step.scope == "failed_peers":
                 targets = [{"job": j} for j in ev.failed_peers()[:MAX_PEER_JOBS]]
             elif step.scope == "namespace":
@@ -196,23 +202,28 @@ class PlaybookPolicy:
             })]
         best = candidates[0]
         label = best.entry.label
-        root = self._root_cause(best, ev)
+        # A storage error every victim saw on one node, with jobs elsewhere fine: that node's client.
+        scope = one_node(best, ev)
+        remedy = label.one_node.remedy if scope and label.one_node else label.remedy
+        root = f"node:{scope.node}" if scope else self._root_cause(best, ev)
         evidence = list(dict.fromkeys(h.line for h in sorted(best.hits, key=lambda h: h.signal)))
+        if scope:
+            evidence = scope.lines(ev) + evidence
         path = list(dict.fromkeys(h.call for h in best.hits))
         signals = sorted({f"{label.signals[h.signal].where}#{h.signal}" for h in best.hits})
         root_node = root[5:] if root and root.startswith("node:") else None
         summary = f"{label.title} ({root or 'cause unknown'})"
-        if label.remedy.advice:
-            summary += f". {label.remedy.advice}"
+        if remedy.advice:
+            summary += f". {remedy.advice}"
         if label.analysis:
             answer, lines = ANALYSES[label.analysis](ev)
             summary, evidence = f"{label.title}: {answer}", lines + evidence
         changes: dict[str, Any] = {}
-        if label.remedy.kind == "resubmit_with_changes" and ev.focus_jobs():
-            changes, notes = compute_changes(label.remedy, ev, ev.focus_jobs()[0], captured_values(best))
+        if remedy.kind == "resubmit_with_changes" and ev.focus_jobs():
+            changes, notes = compute_changes(remedy, ev, ev.focus_jobs()[0], captured_values(best))
             if notes:
                 summary += " (" + "; ".join(notes) + ")"
-        remedy_kind = label.remedy.kind
+        remedy_kind = remedy.kind
         if remedy_kind == "exclude_node" and not root_node:
             # A node fault without the node: never drain at random; a person looks.
             remedy_kind = f"escalate_{label.team}" if label.team in {"hardware", "network", "infra"} else "escalate_infra"
@@ -222,7 +233,7 @@ class PlaybookPolicy:
             retriable=label.retriable, evidence=evidence[:12], evidence_path=path, signals=signals, summary=summary,
             changes=changes, team=label.team, candidates=[m.name for m in candidates[1:6]],
         )
-        actions = plan_actions(best, remedy_kind, ev, root_node, summary, evidence, state.get("backend", "slurm"))
+        actions = plan_actions(best, remedy_kind, ev, root_node, summary, evidence, state.get("backend", "slurm"), remedy)
         return diagnosis, actions
 
     def _root_cause(self, match: LabelMatch, ev: Evidence) -> str | None:

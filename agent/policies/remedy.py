@@ -90,11 +90,13 @@ def _is_running(ev: Evidence, job: str) -> bool:
 
 
 def plan_actions(match: LabelMatch | None, remedy_kind: str, ev: Evidence, root_node: str | None,
-                 summary: str, evidence: list[str], backend: str = "slurm") -> list[ToolCall]:
-    """Write actions for one incident, in the order they should run."""
+                 summary: str, evidence: list[str], backend: str = "slurm",
+                 remedy: Remedy | None = None) -> list[ToolCall]:
+    """Write actions for one incident, in the order they should run. `remedy` replaces the
+    label's own when the diagnosis chose another (a storage fault scoped to one node)."""
     if match is None:
         return []
-    remedy = match.entry.label.remedy
+    remedy = remedy or match.entry.label.remedy
     jobs = ev.focus_jobs()
     job = jobs[0] if jobs else None
     why = f"crashcart: {match.name}: {summary}"[:500]

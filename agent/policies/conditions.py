@@ -1,0 +1,63 @@
+"""When a playbook step is worth its calls, and the nodes some steps look at.
+
+A step with `when:` names one of CONDITIONS: most incidents of its label never need the
+call (a full cluster is just full), so it waits until the evidence seen so far says the
+obvious reading may be wrong.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Callable
+
+from crashcart.agent.policies.evidence import Evidence, RUNNING_STATES, call_key
+
+# kube-scheduler's count of nodes that lack the GPUs the pod asks for.
+_INSUFFICIENT_GPU = re.compile(r"\b(\d+) Insufficient nvidia\.com/gpu\b", re.I)
+# A node in one of these states is out of service on purpose: no GPUs there is expected.
+_OUT_OF_SERVICE = {"down", "drain", "drained", "draining", "cordoned", "not_ready", "notready"}
+
+
+def gpu_holders(ev: Evidence) -> set[str]:
+    """Nodes where a running job holds GPUs, as far as the jobs seen so far tell."""
+    return {n for f in ev.jobs.values() if f.gpus and f.state.upper() in RUNNING_STATES for n in f.nodes}
+
+
+def nodes_short_of_gpus(ev: Evidence) -> int:
+    """The most nodes the scheduler said lack free GPUs for the focus jobs (0 when it never said)."""
+    focus = {f"job:{j}" for j in ev.focus_jobs()}
+    counts = [int(m.group(1)) for d in ev.docs if d.source == "events" and d.entity in focus
+              for m in _INSUFFICIENT_GPU.finditer(d.text)]
+    return max(counts, default=0)
+
+
+def still_waiting(ev: Evidence) -> bool:
+    """A focus job has not started: the trigger says it waits, or its state still does."""
+    if ev.trigger.get("kind") == "job_pending":
+        return True
+    return any(ev.jobs[j].state.upper() == "PENDING" for j in ev.focus_jobs() if j in ev.jobs)
+
+
+def gpus_unaccounted(ev: Evidence) -> bool:
+    """The scheduler says more nodes lack free GPUs than running jobs hold GPUs on.
+
+    Then some GPU nodes advertise fewer GPUs than they have (a device plugin that cannot load
+    NVML, a driver upgraded under a loaded kernel module) and waiting never frees them. Until
+    the cluster's jobs have been listed nobody knows who holds GPUs, so it does not hold yet;
+    nor for a job that has started since (its old FailedScheduling events are history)."""
+    if call_key("list_jobs", {}) not in ev.calls or not still_waiting(ev):
+        return False
+    return nodes_short_of_gpus(ev) > len(gpu_holders(ev))
+
+
+def idle_gpu_nodes(ev: Evidence) -> list[str]:
+    """GPU nodes the node listing shows in service while no running job holds GPUs on them."""
+    busy = gpu_holders(ev)
+    return [
+        name for name, row in ev.nodes.items()
+        if row.get("gpus") and name not in busy
+        and str(row.get("state", "")).lower().replace("-", "_") not in _OUT_OF_SERVICE
+    ]
+
+
+CONDITIONS: dict[str, Callable[[Evidence], bool]] = {"gpus_unaccounted": gpus_unaccounted}

@@ -1,0 +1,96 @@
+"""Scope a shared-storage error to one node when the jobs say so.
+
+A file system (NFS, Lustre, a FUSE bucket mount) serves every node, so its errors read like an
+outage. But one client can break alone: a stale NFS mount the failover runbook never refreshed,
+a FUSE daemon that died on one host. The tell is in the jobs, not in the error text: every job
+that shows the error ran on one common node, while jobs elsewhere used the storage fine over the
+same hours. Then draining that node and rerunning elsewhere is the fix, not a storage page.
+
+Kernel logs do not decide the scope: a server hiccup prints "not responding" on every client,
+including those that recovered, and a single node's message can be a server only it mounts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from crashcart.agent.policies.evidence import RUNNING_STATES, Evidence, JobFacts
+from crashcart.agent.policies.matching import LabelMatch
+
+# Where a job shows an error in its own output; kernel logs and scheduler words are not sightings.
+JOB_TEXT_SOURCES = {"log", "events", "describe", "status_message"}
+DONE_STATES = {"COMPLETED", "SUCCEEDED"}
+
+
+@dataclass
+class NodeScope:
+    node: str
+    sightings: list[str]
+    """The jobs whose own output shows the error; every one of them ran on `node`."""
+    healthy: list[str]
+    """Jobs on other nodes that ran fine while the error was being seen."""
+
+    def lines(self, ev: Evidence) -> list[str]:
+        """Evidence for the report: why the node, not the storage."""
+        shown = ", ".join(self.sightings)
+        fine = ", ".join(f"{j} on {'+'.join(ev.jobs[j].nodes)} {ev.jobs[j].state}" for j in self.healthy[:3])
+        return [f"every job with this error ran on {self.node} ({shown}); jobs elsewhere ran fine: {fine}"]
+
+
+def error_jobs(match: LabelMatch) -> list[str]:
+    """Jobs whose own output matched one of the label's signals, in the order first seen."""
+    signals = match.entry.label.signals
+    jobs = [h.entity[4:] for h in match.hits
+            if h.entity.startswith("job:") and signals[h.signal].where in JOB_TEXT_SOURCES]
+    return list(dict.fromkeys(jobs))
+
+
+def one_node(match: LabelMatch, ev: Evidence) -> NodeScope | None:
+    """The node a label's error is confined to, when its playbook allows the scoping and the
+    evidence holds: enough jobs show it, they share exactly one node, that node is in the
+    incident's path, and some job on other nodes ran fine meanwhile."""
+    scope = match.entry.label.one_node
+    if scope is None:
+        return None
+    jobs = error_jobs(match)
+    if len(jobs) < scope.min_jobs:
+        return None
+    facts = [ev.jobs.get(j) for j in jobs]
+    if any(f is None or not f.nodes for f in facts):
+        return None  # a sighting whose nodes are unknown could be anywhere
+    common = set.intersection(*(set(f.nodes) for f in facts))
+    if len(common) != 1:
+        return None
+    node = common.pop()
+    if node not in ev.relevant_nodes():
+        return None  # draining it would not help the job asked about
+    healthy = healthy_elsewhere(ev, node, facts)
+    return NodeScope(node, jobs, healthy) if healthy else None
+
+
+def healthy_elsewhere(ev: Evidence, node: str, victims: list[JobFacts]) -> list[str]:
+    """Jobs of the victims' partitions (namespaces: the same storage, as near as the scheduler
+    tells) that ran off `node` without failing while the victims were failing. Without one, the
+    errors may be an outage that only happened to hit one node's jobs."""
+    start, end = _window(ev, victims)
+    partitions = {f.partition for f in victims if f.partition}
+    names = {f.job for f in victims}
+    fine = []
+    for f in ev.jobs.values():
+        if f.job in names or not f.nodes or node in f.nodes or f.partition not in partitions:
+            continue
+        state = f.state.upper().split()[0] if f.state else ""
+        if state not in RUNNING_STATES | DONE_STATES or f.start_time is None:
+            continue
+        ran_until = f.end_time or ev.now
+        if (end is None or f.start_time <= end) and (start is None or ran_until is None or ran_until >= start):
+            fine.append(f.job)
+    return fine
+
+
+def _window(ev: Evidence, victims: list[JobFacts]) -> tuple[datetime | None, datetime | None]:
+    starts = [f.start_time for f in victims if f.start_time]
+    ends = [f.end_time or ev.now for f in victims]
+    ends = [e for e in ends if e]
+    return (min(starts) if starts else None), (max(ends) if ends else None)
