@@ -32,16 +32,11 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from crashcart.agent.guard import GuardPolicy, PolicyError, load_policy, policy_from_dict
 from crashcart.tools.backends.slurm import SlurmBackend, SlurmSettings
-from crashcart.tools.yamlio import DataFileError, describe_validation_error, read_yaml_file
+from crashcart.tools.yamlio import DataFileError, FileError, describe_validation_error, read_yaml_file
 
 
-class ClusterConfigError(ValueError):
+class ClusterConfigError(FileError, ValueError):
     """A cluster config is wrong; the message names the file and the field."""
-
-    def __init__(self, source: str | Path, message: str):
-        self.source = str(source)
-        self.message = message
-        super().__init__(f"{source}: {message}")
 
 
 class ClusterConfig(BaseModel):

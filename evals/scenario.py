@@ -14,7 +14,7 @@ import yaml
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from crashcart.tools.cluster import Cluster, Strict
-from crashcart.tools.yamlio import describe_validation_error, describe_yaml_error, load_yaml
+from crashcart.tools.yamlio import FileError, describe_validation_error, describe_yaml_error, load_yaml
 
 Backend = Literal["slurm", "kubernetes", "ray"]
 TriggerKind = Literal[
@@ -33,13 +33,8 @@ REMEDIES = (
 BUNDLED_DIR = Path(__file__).parent / "scenarios"
 
 
-class ScenarioError(Exception):
+class ScenarioError(FileError):
     """A scenario could not be loaded; the message names the file and field."""
-
-    def __init__(self, path: str | Path, message: str):
-        self.path = str(path)
-        self.message = message
-        super().__init__(f"{path}: {message}")
 
 
 def one_of(allowed: tuple[str, ...], what: str):

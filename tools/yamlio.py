@@ -15,12 +15,17 @@ def load_yaml(text: str) -> Any:
     return yaml.load(text, Loader=_LOADER)
 
 
-class DataFileError(Exception):
-    """A data file could not be read or parsed; the message says where (line and column)."""
+class FileError(Exception):
+    """Something is wrong in one file: the message names the file, then the field or line."""
 
-    def __init__(self, path: str | Path, message: str):
-        self.path, self.message = str(path), message
-        super().__init__(f"{path}: {message}")
+    def __init__(self, source: str | Path, message: str):
+        self.source = self.path = str(source)
+        self.message = message
+        super().__init__(f"{source}: {message}")
+
+
+class DataFileError(FileError):
+    """A data file could not be read or parsed; the message says where (line and column)."""
 
 
 def read_yaml_file(path: str | Path) -> Any:

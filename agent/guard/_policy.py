@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from crashcart.tools.backends.base import ActionTarget
 from crashcart.tools.catalog import Team
-from crashcart.tools.yamlio import DataFileError, describe_validation_error, read_yaml_file
+from crashcart.tools.yamlio import DataFileError, FileError, describe_validation_error, read_yaml_file
 
 DEFAULT_POLICY_PATH = Path(__file__).with_name("default.yaml")
 Mode = Literal["observe", "dry_run", "autonomous"]
@@ -27,13 +27,8 @@ class GuardError(Exception):
     """The guard refused a request (an approval, a reset) or could not load its policy."""
 
 
-class PolicyError(GuardError, ValueError):
+class PolicyError(GuardError, FileError, ValueError):
     """A policy file is wrong; the message names the file and the field."""
-
-    def __init__(self, source: str | Path, message: str):
-        self.source = str(source)
-        self.message = message
-        super().__init__(f"{source}: {message}")
 
 
 class _Strict(BaseModel):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 import sys
 from pathlib import Path
 from typing import Optional
@@ -190,11 +191,29 @@ def _cluster_deps(cluster_file: Path, mode: Optional[str], guard_file: Optional[
                              cluster=config.name)
 
 
-def _target(scenario: Optional[str], cluster: Optional[Path]) -> None:
+@dataclass
+class _Target:
+    """What a command works on: a recorded incident (scenario) or a live cluster (config)."""
+
+    name: str
+    deps: object
+    scenario: object = None
+    config: object = None
+
+
+def _open_target(scenario: Optional[str], cluster: Optional[Path], mode: Optional[str],
+                 guard: Optional[Path], state_dir: Path) -> _Target:
     if bool(scenario) == bool(cluster):
         _fail("give either a scenario file (a recorded incident) or --cluster cluster.yaml (a live cluster), not both")
     if cluster and not cluster.exists():
         _fail(f"{cluster}: no such file")
+    state_dir.mkdir(parents=True, exist_ok=True)
+    store_path = str(state_dir / "incidents.duckdb")
+    if cluster:
+        config, deps = _cluster_deps(cluster, mode, guard, store_path)
+        return _Target(config.name, deps, config=config)
+    sc, deps = _scenario_deps(scenario, mode, guard, store_path)
+    return _Target(sc.id, deps, scenario=sc)
 
 
 def _checkpointer(path: Path):
@@ -224,19 +243,16 @@ def investigate(
     from crashcart.agent.interfaces.transcript import render_incident
     from crashcart.agent.runner import pending_approval, resume_incident, start_incident
 
-    _target(scenario, cluster)
-    state_dir.mkdir(parents=True, exist_ok=True)
-    store_path = str(state_dir / "incidents.duckdb")
+    if scenario and (job or node or text or kind):
+        _fail("--job, --node, --text and --kind go with --cluster; a scenario file has its own trigger")
+    target = _open_target(scenario, cluster, mode, guard, state_dir)
+    name, deps, sc = target.name, target.deps, target.scenario
     if cluster:
-        config, deps = _cluster_deps(cluster, mode, guard, store_path)
         trigger = _live_trigger(kind, job, node, text)
-        name, title, source, again = config.name, f"{config.name}: {_describe(trigger)}", f"cluster:{cluster}", f"--cluster {cluster}"
+        title, source, again = f"{name}: {_describe(trigger)}", f"cluster:{cluster}", f"--cluster {cluster}"
     else:
-        if job or node or text or kind:
-            _fail("--job, --node, --text and --kind go with --cluster; a scenario file has its own trigger")
-        sc, deps = _scenario_deps(scenario, mode, guard, store_path)
         trigger = sc.trigger.model_dump()
-        name, title, source, again = sc.id, f"{sc.id}: {sc.title}", f"scenario:{scenario}", f"--scenario {scenario}"
+        title, source, again = f"{name}: {sc.title}", f"scenario:{scenario}", f"--scenario {scenario}"
     saver = _checkpointer(state_dir / "checkpoints.sqlite")
     console = _console()
     run = start_incident(deps, trigger, cluster=name, source=source, checkpointer=saver, record=True)
@@ -288,9 +304,7 @@ def approve(
     from crashcart.agent.interfaces.transcript import render_incident
     from crashcart.agent.runner import pending_approval, resume_incident
 
-    _target(scenario, cluster)
-    store_path = str(state_dir / "incidents.duckdb")
-    deps = (_cluster_deps(cluster, mode, guard, store_path) if cluster else _scenario_deps(scenario, mode, guard, store_path))[1]
+    deps = _open_target(scenario, cluster, mode, guard, state_dir).deps
     saver = _checkpointer(state_dir / "checkpoints.sqlite")
     if not pending_approval(deps, incident, saver):
         _fail(f"incident {incident} is not waiting for an approval")
@@ -369,15 +383,8 @@ def watch(
     """The on-call loop: poll for what changed, one incident per root cause, act through the guard."""
     from crashcart.agent.watch import Watcher, WatchSettings, lifecycle
 
-    _target(scenario, cluster)
-    state_dir.mkdir(parents=True, exist_ok=True)
-    store_path = str(state_dir / "incidents.duckdb")
-    if cluster:
-        config, deps = _cluster_deps(cluster, mode, guard, store_path)
-        name = config.name
-    else:
-        sc, deps = _scenario_deps(scenario, mode, guard, store_path)
-        name = sc.id
+    target = _open_target(scenario, cluster, mode, guard, state_dir)
+    name, deps = target.name, target.deps
     settings = WatchSettings(interval_s=interval, stall_minutes=stall_minutes, lookback_minutes=lookback_minutes)
     watcher = Watcher(deps, cluster=name, checkpointer=_checkpointer(state_dir / "checkpoints.sqlite"), settings=settings)
     console = _console()

@@ -123,15 +123,19 @@ class SlurmBackend(JobFiles, Backend):
         if cached and time.monotonic() - cached[0] < NODE_CACHE_SECONDS:
             return cached[1]
         if self.cli.json_ok:
-            text = self.cli.out(["sinfo", "--json"])
-            try:
-                nodes = parse.sinfo_json(json.loads(text))
-            except (ValueError, KeyError, TypeError) as e:
-                raise ToolError(f"sinfo --json printed something crashcart cannot read ({e}): {text[:200]!r}") from None
+            nodes = self._json("sinfo", parse.sinfo_json)
         else:
             nodes = parse.sinfo_text(self.cli.out(["sinfo", "-N", "-h", "-o", parse.SINFO_FORMAT]))
         self._node_cache = (time.monotonic(), nodes)
         return nodes
+
+    def _json(self, command: str, read):
+        """`command --json`, read by `read`; output it cannot read is a ToolError that shows it."""
+        text = self.cli.out([command, "--json"])
+        try:
+            return read(json.loads(text))
+        except (ValueError, KeyError, TypeError) as e:
+            raise ToolError(f"{command} --json printed something crashcart cannot read ({e}): {text[:200]!r}") from None
 
     def node(self, name: str) -> parse.NodeInfo:
         nodes = self.nodes()
@@ -217,11 +221,7 @@ class SlurmBackend(JobFiles, Backend):
         """Jobs slurmctld holds: the queue, and with `with_ended` also jobs that ended within
         MinJobAge (squeue --json lists those anyway; text squeue needs `-t all`)."""
         if self.cli.json_ok:
-            text = self.cli.out(["squeue", "--json"])
-            try:
-                rows = parse.squeue_json(json.loads(text))
-            except (ValueError, KeyError, TypeError) as e:
-                raise ToolError(f"squeue --json printed something crashcart cannot read ({e}): {text[:200]!r}") from None
+            rows = self._json("squeue", parse.squeue_json)
         else:
             states = ["-t", "all"] if with_ended else []
             rows = parse.squeue_text(self.cli.out(["squeue", "-h", *states, "-o", parse.SQUEUE_FORMAT]))
