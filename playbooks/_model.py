@@ -150,13 +150,27 @@ class Step(Strict):
     """Take the step only while this holds: for calls most incidents of the label never need."""
 
 
+ComputedValue = Literal[
+    "gpus_per_node",     # the GPUs the scheduler actually gave each node of the job
+    "above_peak",        # the peak memory the evidence reports (group `peak`), times `margin`
+    "half_precision",    # bf16 where every GPU of the job computes in it, fp16 otherwise
+    "newest_complete_checkpoint",  # the newest checkpoint saved whole, before a corrupt latest
+]
+
+
 class Change(Strict):
-    """How one config key changes; exactly one way is given."""
+    """How one setting (a name in playbooks/settings/config_keys.yaml, applied to whichever of
+    its keys the job uses, in that key's unit) or one literal key (an env var) changes."""
 
     set: Any = None
     divide: float | None = None
     multiply: float | None = None
-    min_value: float | None = None
+    min_value: float | str | None = None
+    """A floor, in the setting's canonical unit (a memory setting takes "4Gi")."""
+    compute: ComputedValue | None = None
+    """A value computed from what the tools returned; when it cannot be, nothing is guessed."""
+    margin: float | None = None
+    """compute: above_peak: how far above the peak (1.25 = 25 % headroom)."""
     previous_checkpoint: bool = False
     """The path of the checkpoint before the latest one (the latest is suspect)."""
     capture: str | None = None
