@@ -57,6 +57,15 @@ class Threshold(Strict):
     le: float | None = None
 
 
+class Arithmetic(Strict):
+    """Sizes a text signal's named groups captured ("5.47 GiB", "812.00 MiB"), checked as a sum."""
+
+    add: list[str]
+    subtract: list[str] = Field(default_factory=list)
+    at_least: str
+    """The match counts only when add - subtract >= this group's size."""
+
+
 class Signal(Strict):
     where: SignalSource
     pattern: str | None = None
@@ -68,7 +77,8 @@ class Signal(Strict):
     throttle_any: list[str] = Field(default_factory=list)
     """telemetry: at least one of these throttle reasons is active (substring match)."""
     min_minutes: float | None = None
-    """progress: no new step for at least this long; co_failures/attempts: time window."""
+    """progress: no new step for at least this long; co_failures: time window; attempts: count
+    only the runs that lasted at least this long before they failed."""
     min_count: int | None = None
     """co_failures / attempts: how many."""
     min_drop_pct: float | None = None
@@ -84,6 +94,9 @@ class Signal(Strict):
     """Text signals: the match counts only when its named group `count` (times the group `per`,
     when the pattern has one) is more than the job was given of this: a launcher asking for
     4 nodes x 8 processes inside a 24-GPU allocation can never assemble."""
+    covers: Arithmetic | None = None
+    """Text signals: read the message's own arithmetic (PyTorch's OOM: free plus reserved-but-
+    unallocated covers the request means fragmentation, not a batch too big)."""
     config_key: str | None = None
     config_ge: float | None = None
     config_values: list[Any] | None = None
@@ -122,6 +135,11 @@ class Signal(Strict):
             raise ValueError("exceeds_job needs a text signal whose pattern has a named group `count`")
         if self.largest_share and (self.where not in text_sources or "(?P<count>" not in (self.pattern or "")):
             raise ValueError("largest_share needs a text signal whose pattern has a named group `count`")
+        if self.covers:
+            groups = set(re.compile(self.pattern or "").groupindex)
+            missing = [g for g in [*self.covers.add, *self.covers.subtract, self.covers.at_least] if g not in groups]
+            if self.where not in text_sources or missing:
+                raise ValueError(f"covers needs a text signal whose pattern names the groups {missing}")
         if self.where == "memory_growth" and self.pattern and "(?P<value>" not in self.pattern:
             raise ValueError("a memory_growth pattern needs a named group `value` (the memory figure)")
         return self
