@@ -90,7 +90,7 @@ class Signal(Strict):
     """Text signals over a scheduler's "0/N nodes are available: a node(s) ..., b node(s) ..."
     line: the match counts only when its named group `count` is the largest count in that line,
     so the reason that kept most nodes out is the cause and a minor one is not."""
-    exceeds_job: Literal["nodes", "gpus"] | None = None
+    exceeds_job: Literal["nodes", "gpus", "gpus_per_node"] | None = None
     """Text signals: the match counts only when its named group `count` (times the group `per`,
     when the pattern has one) is more than the job was given of this: a launcher asking for
     4 nodes x 8 processes inside a 24-GPU allocation can never assemble."""

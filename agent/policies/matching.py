@@ -108,7 +108,10 @@ def _exceeds_job(what: str, caps: dict[str, str], entity: str, ev: Evidence) -> 
     count, per = caps.get("count", ""), caps.get("per", "1")
     if facts is None or not count.isdigit() or not per.isdigit():
         return False
-    has = len(facts.nodes) if what == "nodes" else facts.gpus
+    if what == "gpus_per_node":
+        has = facts.gpus // len(facts.nodes) if facts.nodes else 0
+    else:
+        has = len(facts.nodes) if what == "nodes" else facts.gpus
     return has > 0 and int(count) * int(per) > has
 
 

@@ -69,11 +69,13 @@ def _value_for(rule: Change, key: Key, kind: str, current: Any, ev: Evidence, jo
     base = to_canonical(current, key, kind)
     if rule.compute:
         value = COMPUTE[rule.compute](ev, job, captures, rule.margin)
-        if value is None:
-            return None
-        if rule.compute == "above_peak" and base is not None and isinstance(base, (int, float)) and base >= value:
-            return None  # the job already has more than the peak: more of the same is no fix
-        return from_canonical(value, key, kind, current, raising=True)
+        if rule.compute == "above_peak" and isinstance(base, (int, float)) and value is not None and value <= base:
+            value = None  # the job already had more than that peak: it is not what killed it
+        if value is not None:
+            return from_canonical(value, key, kind, current, raising=True)
+        if not (rule.divide or rule.multiply):
+            return None  # nothing to compute from: never a guess
+        # The rule's arithmetic is its stated fallback (twice the limit that was hit).
     if rule.previous_checkpoint:
         return COMPUTE["newest_complete_checkpoint"](ev, job, captures, None)
     if rule.capture and captures.get(rule.capture) is not None:
