@@ -69,7 +69,8 @@ class Arithmetic(Strict):
 class Signal(Strict):
     where: SignalSource
     pattern: str | None = None
-    """Python regex (case-insensitive) over the source's lines; named groups are captured.
+    """Python regex (case-insensitive) over the source's lines; named groups are captured (a group
+    named `peak` captures the largest size it reads anywhere in the text, not the first).
     A pattern with a newline escape (\\n) runs over the whole text, for errors that span lines."""
     values: list[str] | None = None
     """Exact words for job_state, job_reason, exit_code, node_state and trigger kinds."""

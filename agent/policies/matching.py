@@ -75,7 +75,10 @@ def _text_hits(idx: int, sig: Signal, pattern, ev: Evidence) -> list[Hit]:
                 continue
             if sig.covers and not _covers(sig.covers, dict(caps)):
                 continue
-            hits.append(Hit(idx, doc.entity, line, doc.call, dict(caps)))
+            caps = dict(caps)
+            if "peak" in pattern.groupindex:
+                caps["peak"] = _largest_size(pattern, doc.text) or caps.get("peak", "")
+            hits.append(Hit(idx, doc.entity, line, doc.call, caps))
     if sig.min_count and len({h.entity for h in hits}) < sig.min_count:
         return []
     return hits
@@ -90,6 +93,13 @@ def _largest_share(count: str | None, line: str) -> bool:
     if not count or not count.isdigit():
         return not counts  # a message without counts names one reason
     return int(count) >= max(counts, default=0)
+
+
+def _largest_size(pattern: re.Pattern[str], text: str) -> str | None:
+    """A group named `peak` means the largest size it reads anywhere in the text: a monitor
+    reports its running peak many times, and the last word on memory is the highest."""
+    found = [(parse_size(m["peak"].replace(" ", "")) or 0, m["peak"]) for m in pattern.finditer(text) if m["peak"]]
+    return max(found)[1] if found else None
 
 
 def _covers(rule: Arithmetic, caps: dict[str, str]) -> bool:
