@@ -95,7 +95,7 @@ class KeyTable(Strict):
     def supports_bf16(self, gpu_model: str | None) -> bool:
         if not gpu_model:
             return False
-        return any(re.search(rf"(?<![\w-]){re.escape(m)}(?![\w-])", gpu_model, re.I) for m in self.bf16_gpu_models)
+        return any(re.search(rf"(?<![\w-]){re.escape(m)}(?!\w)", gpu_model, re.I) for m in self.bf16_gpu_models)
 
 
 class KeyTableError(DataFileError):

@@ -319,7 +319,7 @@ def steady_rise(values: list[float]) -> bool:
     holding = sum(b >= a for a, b in zip(values, values[1:])) / (len(values) - 1)
     third = len(values) // 3
     means = [sum(part) / len(part) for part in (values[:third], values[third:-third], values[-third:])]
-    return holding >= 0.7 and means[0] < means[1] < means[2]
+    return holding >= 0.6 and means[0] < means[1] < means[2]
 
 
 def _co_failure_hits(idx: int, sig: Signal, ev: Evidence) -> list[Hit]:
