@@ -174,6 +174,7 @@ ComputedValue = Literal[
     "above_peak",        # the peak memory the evidence reports (group `peak`), times `margin`
     "half_precision",    # bf16 where every GPU of the job computes in it, fp16 otherwise
     "newest_complete_checkpoint",  # the newest checkpoint saved whole, before a corrupt latest
+    "selector_as_idle_nodes_carry",  # a node selector's misspelt value, as idle GPU nodes carry it
 ]
 
 

@@ -7,10 +7,16 @@ evidence does not hold it: a remedy never guesses, it escalates with what it saw
 from __future__ import annotations
 
 import re
+from difflib import SequenceMatcher
 from typing import Any, Callable
 
 from crashcart.agent.policies.config_keys import load_key_table, parse_size
 from crashcart.agent.policies.evidence import Evidence
+from crashcart.agent.policies.matching import _config_value
+
+# How alike a selector value and a node's label value must be to call the difference a typo
+# ("gpu-h100-ondemand" for "gpu-h100-on-demand"), not another product or pool.
+TYPO_SIMILARITY = 0.88
 
 # A trainer's own report of a save that finished (HF Trainer, Lightning, Megatron, DeepSpeed):
 # "Saving ..." only says one began, so it is not proof of a whole checkpoint.
@@ -66,9 +72,36 @@ def newest_complete_checkpoint(ev: Evidence, job: str, captures: dict[str, str],
     return whole[-1] if whole else None
 
 
+def selector_as_idle_nodes_carry(ev: Evidence, job: str, captures: dict[str, str], margin: float | None) -> Any:
+    """The job's node selector with each value no node carries replaced by the one idle GPU nodes
+    carry under the same label, when it is the same word misspelt (a pool name's typo), never a
+    different product or pool: that is the owner's choice, so it escalates."""
+
+    config = ev.configs.get(job, {})
+    keys = load_key_table().settings["node_selector"].keys
+    selector = next((v for k in keys if isinstance(v := _config_value(config, k.key), dict)), None)
+    if not selector or not ev.nodes:
+        return None
+    carried = {(k, v) for row in ev.nodes.values() for k, v in (row.get("labels") or {}).items()}
+    # In service with GPUs to spare: a drained or cordoned node's labels are no evidence of where to go.
+    free = [row for row in ev.nodes.values()
+            if row.get("gpus") and str(row.get("state", "")).lower() in {"idle", "mixed", "ready"}]
+    corrected = dict(selector)
+    for key, value in selector.items():
+        if (key, str(value)) in carried:
+            continue
+        options = {str((row.get("labels") or {})[key]) for row in free if key in (row.get("labels") or {})}
+        scored = sorted(((SequenceMatcher(None, str(value).lower(), o.lower()).ratio(), o) for o in options), reverse=True)
+        if not scored or scored[0][0] < TYPO_SIMILARITY or (len(scored) > 1 and scored[1][0] == scored[0][0]):
+            return None
+        corrected[key] = scored[0][1]
+    return corrected if corrected != selector else None
+
+
 COMPUTE: dict[str, Callable[[Evidence, str, dict[str, str], float | None], Any]] = {
     "gpus_per_node": gpus_per_node,
     "above_peak": above_peak,
     "half_precision": half_precision,
     "newest_complete_checkpoint": newest_complete_checkpoint,
+    "selector_as_idle_nodes_carry": selector_as_idle_nodes_carry,
 }

@@ -20,20 +20,21 @@ from crashcart.tools.yamlio import DataFileError, describe_validation_error, rea
 
 TABLE_PATH = BUNDLED_DIR / "settings" / "config_keys.yaml"
 
-Kind = Literal["count", "flag", "text", "fraction", "memory", "duration"]
+Kind = Literal["count", "flag", "text", "fraction", "memory", "duration", "mapping"]
 Unit = Literal[
     "count", "flag", "text", "fraction",
     "bytes", "KiB", "MiB", "GiB", "KB", "MB", "GB", "quantity",
-    "seconds", "minutes", "hours", "slurm_time",
+    "seconds", "minutes", "hours", "slurm_time", "mapping",
 ]
 MEMORY_UNITS = {"bytes": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "KB": 10**3, "MB": 10**6, "GB": 10**9}
 DURATION_UNITS = {"seconds": 1, "minutes": 60, "hours": 3600}
 UNITS_OF_KIND: dict[str, set[str]] = {
     "count": {"count"}, "flag": {"flag"}, "text": {"text", "flag"}, "fraction": {"fraction"},
     "memory": set(MEMORY_UNITS) | {"quantity"}, "duration": set(DURATION_UNITS) | {"slurm_time"},
+    "mapping": {"mapping"},
 }
 DEFAULT_UNIT = {"count": "count", "flag": "flag", "text": "text", "fraction": "fraction",
-                "memory": "bytes", "duration": "seconds"}
+                "memory": "bytes", "duration": "seconds", "mapping": "mapping"}
 
 
 class Strict(BaseModel):
@@ -195,6 +196,8 @@ def to_canonical(value: Any, key: Key, kind: str) -> Any:
         return _number(value)
     if kind == "flag":
         return value if isinstance(value, bool) else None
+    if kind == "mapping":
+        return value if isinstance(value, dict) else None
     reverse = {v: k for k, v in key.values.items()}
     return reverse.get(str(value), value)
 

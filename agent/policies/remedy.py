@@ -49,7 +49,7 @@ def compute_changes(remedy: Remedy, ev: Evidence, job: str,
             kind = setting.kind
             # A key holding a block (DeepSpeed's `bf16: {enabled: ...}`) is not this key's value.
             targets = [k for k in setting.keys if _config_value(config, k.key) is not None
-                       and not isinstance(_config_value(config, k.key), dict)]
+                       and (kind == "mapping" or not isinstance(_config_value(config, k.key), dict))]
             if not targets and setting.add and not rule.only_if_present:
                 targets = [k for k in setting.keys if k.key == setting.add]
             if not targets:

@@ -10,7 +10,9 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from crashcart.agent.policies.computed import above_peak, gpus_per_node, half_precision, newest_complete_checkpoint
+from crashcart.agent.policies.computed import (
+    above_peak, gpus_per_node, half_precision, newest_complete_checkpoint, selector_as_idle_nodes_carry,
+)
 from crashcart.agent.policies.evidence import Evidence, JobFacts, TextDoc
 from crashcart.agent.policies.matching import match_label, steady_rise
 from crashcart.agent.policies.remedy import captured_values, compute_changes, plan_actions
@@ -125,3 +127,26 @@ def test_a_fix_with_no_key_to_change_escalates_instead_of_resubmitting_unchanged
     calls = plan_actions(match, "resubmit_with_changes", ev, None, "s", ["e"])
     assert [c.tool for c in calls] == ["escalate"]
     assert calls[0].args["team"] == "user"
+
+
+# --- a node selector corrected to what idle nodes carry ----------------------------------------
+
+def _selector_ev(selector: dict) -> Evidence:
+    ev = _ev(config={"nodeSelector": selector})
+    ev.nodes = {
+        "g1": {"node": "g1", "state": "idle", "gpus": 8, "labels": {"pool": "gpu-h100-on-demand"}},
+        "g2": {"node": "g2", "state": "mixed", "gpus": 4, "labels": {"pool": "gpu-a10g-spot"}},
+        "g3": {"node": "g3", "state": "drained", "gpus": 8, "labels": {"pool": "gpu-h100-ondemand-old"}},
+    }
+    return ev
+
+
+def test_a_misspelt_selector_value_becomes_the_one_idle_gpu_nodes_carry():
+    ev = _selector_ev({"pool": "gpu-h100-ondemand", "zone": "a"})
+    assert selector_as_idle_nodes_carry(ev, "j1", {}, None) is None  # "zone" is carried by no node
+    ev = _selector_ev({"pool": "gpu-h100-ondemand"})
+    assert selector_as_idle_nodes_carry(ev, "j1", {}, None) == {"pool": "gpu-h100-on-demand"}
+
+
+def test_another_pool_or_product_is_the_owners_choice_not_a_typo():
+    assert selector_as_idle_nodes_carry(_selector_ev({"pool": "gpu-b200-reserved"}), "j1", {}, None) is None
