@@ -175,6 +175,7 @@ ComputedValue = Literal[
     "half_precision",    # bf16 where every GPU of the job computes in it, fp16 otherwise
     "newest_complete_checkpoint",  # the newest checkpoint saved whole, before a corrupt latest
     "selector_as_idle_nodes_carry",  # a node selector's misspelt value, as idle GPU nodes carry it
+    "partition_max_time",  # the MaxTime of the partition a job pends in for asking more (PartitionTimeLimit)
 ]
 
 

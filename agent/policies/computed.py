@@ -10,7 +10,7 @@ import re
 from difflib import SequenceMatcher
 from typing import Any, Callable
 
-from crashcart.agent.policies.config_keys import load_key_table, parse_size
+from crashcart.agent.policies.config_keys import load_key_table, parse_duration, parse_size
 from crashcart.agent.policies.evidence import Evidence
 from crashcart.agent.policies.matching import _config_value
 
@@ -98,10 +98,21 @@ def selector_as_idle_nodes_carry(ev: Evidence, job: str, captures: dict[str, str
     return corrected if corrected != selector else None
 
 
+def partition_max_time(ev: Evidence, job: str, captures: dict[str, str], margin: float | None) -> Any:
+    """The partition's MaxTime, for a job that pends because it asked for more (PartitionTimeLimit):
+    a job that checkpoints resumes across runs of the longest time the partition allows."""
+    facts = ev.jobs.get(job)
+    if not facts or not facts.partition or "timelimit" not in (facts.reason or "").lower().replace("_", ""):
+        return None
+    limit = (ev.partitions.get(facts.partition) or {}).get("max_time")
+    return parse_duration(limit, "slurm_time") if limit and str(limit).upper() != "UNLIMITED" else None
+
+
 COMPUTE: dict[str, Callable[[Evidence, str, dict[str, str], float | None], Any]] = {
     "gpus_per_node": gpus_per_node,
     "above_peak": above_peak,
     "half_precision": half_precision,
     "newest_complete_checkpoint": newest_complete_checkpoint,
     "selector_as_idle_nodes_carry": selector_as_idle_nodes_carry,
+    "partition_max_time": partition_max_time,
 }

@@ -150,3 +150,17 @@ def test_a_misspelt_selector_value_becomes_the_one_idle_gpu_nodes_carry():
 
 def test_another_pool_or_product_is_the_owners_choice_not_a_typo():
     assert selector_as_idle_nodes_carry(_selector_ev({"pool": "gpu-b200-reserved"}), "j1", {}, None) is None
+
+
+# --- a time limit clamped to the partition's MaxTime -------------------------------------------
+
+@pytest.mark.parametrize("reason, max_time, expected", [
+    ("PartitionTimeLimit", "2-00:00:00", 172800), ("PartitionTimeLimit", "UNLIMITED", None),
+    ("PartitionNodeLimit", "2-00:00:00", None), ("PartitionTimeLimit", None, None),
+])
+def test_the_time_limit_comes_from_the_partitions_maxtime_only_when_that_is_what_binds(reason, max_time, expected):
+    from crashcart.agent.policies.computed import partition_max_time
+
+    ev = _ev(partition="a100", reason=reason, state="PENDING")
+    ev.partitions = {"a100": {"partition": "a100", "max_time": max_time}}
+    assert partition_max_time(ev, "j1", {}, None) == expected
