@@ -57,19 +57,51 @@ def half_precision(ev: Evidence, job: str, captures: dict[str, str], margin: flo
 
 def newest_complete_checkpoint(ev: Evidence, job: str, captures: dict[str, str], margin: float | None) -> Any:
     """The newest checkpoint known to be whole: the one before the latest (which the failure
-    points at) from the progress record, or, without one, the last save an earlier attempt's
-    log reported finished."""
+    points at) from the progress record; without one, the newest save the job's log (earlier
+    attempts included) reports finished, written in the job's own path: its resume path with
+    that step put in place of the broken one (`.../checkpoint-6000` -> `.../checkpoint-5500`)."""
     _, checkpoints = ev.progress.get(job, ([], []))
     ordered = sorted(checkpoints, key=lambda c: c.step)
     if len(ordered) >= 2 and ordered[-2].path:
         return ordered[-2].path
     logs = [d for d in ev.docs if d.source == "log" and d.entity == f"job:{job}"]
-    broken = {m.group("path") for d in logs for line in d.lines if _BROKEN.search(line)
+    broken = {m.group("path").rstrip(".:") for d in logs for line in d.lines if _BROKEN.search(line)
               for m in re.finditer(r"(?P<path>/[^\s'\",]+)", line)}
     saved = [m.group("path").rstrip(".:") for d in logs for line in d.lines if not _BROKEN.search(line)
              for m in _SAVED.finditer(line)]
-    whole = [p for p in saved if not any(p == b.rstrip(".:") or b.startswith(p + "/") for b in broken)]
-    return whole[-1] if whole else None
+    whole = [p for p in saved if not any(p == b or b.startswith(p + "/") or p.startswith(b + "/") for b in broken)]
+    current = _resume_value(ev, job)
+    if current and _step_of(current) is not None:
+        # The checkpoint the job failed to load is the broken one, whatever parts of it were saved.
+        whole = [p for p in whole if (_step_of(p) if _step_of(p) is not None else -1) < _step_of(current)]
+    if not whole:
+        return None
+    newest = max(whole, key=lambda p: _step_of(p) or -1) if any(_step_of(p) is not None for p in whole) else whole[-1]
+    step = _step_of(newest)
+    if current and step is not None and _step_of(current) is not None:
+        m = list(_STEP.finditer(current))[-1]
+        digits = m.group("n")
+        return current[:m.start("n")] + str(step).zfill(len(digits) if digits.startswith("0") else 0) + current[m.end("n"):]
+    return newest
+
+
+# A step number as trainers put it in checkpoint paths: checkpoint-5500, step_12000, global_step1200,
+# iter_0004000, epoch=3-step=12000.
+_STEP = re.compile(r"(?:checkpoint|ckpt|step|global_step|iter|iteration)[-_=]?(?P<n>\d+)", re.I)
+
+
+def _step_of(path: str) -> int | None:
+    found = list(_STEP.finditer(path))
+    return int(found[-1].group("n")) if found else None
+
+
+def _resume_value(ev: Evidence, job: str) -> str | None:
+    config = ev.configs.get(job, {})
+    for key in load_key_table().settings["resume_checkpoint"].keys:
+        value = _config_value(config, key.key)
+        if isinstance(value, str) and value:
+            return value
+    return None
 
 
 def selector_as_idle_nodes_carry(ev: Evidence, job: str, captures: dict[str, str], margin: float | None) -> Any:

@@ -164,3 +164,17 @@ def test_the_time_limit_comes_from_the_partitions_maxtime_only_when_that_is_what
     ev = _ev(partition="a100", reason=reason, state="PENDING")
     ev.partitions = {"a100": {"partition": "a100", "max_time": max_time}}
     assert partition_max_time(ev, "j1", {}, None) == expected
+
+
+def test_the_whole_checkpoints_step_is_put_in_the_jobs_own_resume_path():
+    log = "\n".join([
+        "[INFO|trainer.py:3812] Saving model checkpoint to /out/run7/checkpoint-5500",
+        "[INFO|modeling_utils.py:3042] Model weights saved in /out/run7/checkpoint-5500/model.safetensors",
+        "[INFO|trainer.py:3812] Saving model checkpoint to /out/run7/checkpoint-6000",
+        "slurmstepd: error: *** JOB 51123 ON gpu-c12 CANCELLED AT 2026-05-01T03:11:09 DUE TO NODE FAILURE ***",
+        "safetensors_rust.SafetensorError: Error while deserializing header: MetadataIncompleteBuffer",
+    ])
+    ev = _ev(log, {"resume_from_checkpoint": "/out/run7/checkpoint-6000"})
+    assert newest_complete_checkpoint(ev, "j1", {}, None) == "/out/run7/checkpoint-5500"
+    padded = _ev("Saved checkpoint to /ckpt/gpt/iter_0003500/model_optim_rng.pt", {"load": "/ckpt/gpt/iter_0004000"})
+    assert newest_complete_checkpoint(padded, "j1", {}, None) == "/ckpt/gpt/iter_0003500"
