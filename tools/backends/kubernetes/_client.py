@@ -122,7 +122,7 @@ class Api:
         elif body is not None:
             headers["Content-Type"] = "application/json"
         try:
-            url, _, hdrs, req_body, _ = self.client.param_serialize(
+            _, url, hdrs, req_body, _ = self.client.param_serialize(
                 method=method, resource_path=path, query_params=params, header_params=headers, body=body,
                 auth_settings=["BearerToken"])
             timeout = None if stream else self.settings.connection.request_timeout

@@ -262,10 +262,9 @@ def node_condition(node: dict[str, Any], kind: str = "Ready") -> dict[str, Any]:
 def node_state(node: dict[str, Any], busy: bool) -> tuple[str, str | None]:
     ready = node_condition(node)
     annotations = meta(node).get("annotations") or {}
-    if ready.get("status") == "False":
-        return "not_ready", ready.get("message") or ready.get("reason")
+    # kubectl says NotReady for False and Unknown alike (Unknown: the kubelet stopped posting).
     if ready.get("status") != "True":
-        return "down", ready.get("message") or ready.get("reason") or "no Ready condition reported"
+        return "not_ready", ready.get("message") or ready.get("reason") or "no Ready condition reported"
     if (node.get("spec") or {}).get("unschedulable"):
         return "cordoned", annotations.get(CORDON_REASON)
     return ("allocated" if busy else "idle"), None
