@@ -68,7 +68,8 @@ def _status_message(e: Any) -> tuple[int, str, str]:
     body = getattr(e, "body", None) or getattr(e, "data", None) or b""
     try:
         data = json.loads(body)
-        return code, data.get("reason") or "", data.get("message") or str(body)[:300]
+        causes = [c.get("message") for c in (data.get("details") or {}).get("causes") or [] if c.get("message")]
+        return code, data.get("reason") or "", " ".join([data.get("message") or str(body)[:300], *causes])
     except (ValueError, TypeError):
         return code, getattr(e, "reason", "") or "", (body.decode(errors="replace") if isinstance(body, bytes) else str(body))[:300]
 
