@@ -254,6 +254,10 @@ class KubernetesBackend(Backend):
                 note = [f"[crashcart: attempt {a.attempt} is the previous container of pod {earlier.id} (kubectl logs --previous)]"]
             else:
                 s = self.subject(f"{earlier.partition}/{earlier.id}" if earlier.partition else earlier.id)
+        elif s.pod is not None and parse.pod_state(s.pod)[0] == "CrashLoopBackOff":
+            # Between restarts no container runs: what the crash printed is the previous run's log.
+            previous = True
+            note = [f"[crashcart: pod {parse.meta(s.pod)['name']} is in CrashLoopBackOff; this is its last run's log (kubectl logs --previous)]"]
         lines = self.read_log(s, previous=previous, since=a.since)
         text, truncated, total = render.bound_lines(lines, a.tail, a.grep, a.since, render.job_log_stamp(self.now()))
         return LogOutput(job=a.job, text="\n".join([*note, text]) if note else text, truncated=truncated, total_lines=total)
