@@ -50,7 +50,7 @@ def oom_job(lab):
 def test_oomkilled_job_is_resubmitted_with_more_memory(lab, tmp_path):
     oom_job(lab)
     state = run_agent(lab.backend(), {"kind": "job_failed", "job": "biencoder-idx-k2l9v"}, tmp_path / "s.duckdb")
-    assert state["diagnosis"]["family"] == "memory", state["diagnosis"]
+    assert (state["diagnosis"]["family"], state["diagnosis"]["label"]) == ("memory", "host_oom"), state["diagnosis"]
     done = [a for a in actions(state, "resubmit") if a["decision"] == "allow"]
     assert len(done) == 1 and done[0]["result"], actions(state)
     new = lab.get("batch/v1", "Job", "train", done[0]["result"]["new_job"])
