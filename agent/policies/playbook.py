@@ -81,6 +81,9 @@ class PlaybookPolicy:
                 ToolCall(tool="nvidia_smi_query", args={"node": node}),
                 self._node_listing(backend, {"node": node}),
             ]
+            if backend == "kubernetes":
+                # A node that stopped reporting says so only in its events (NodeNotReady).
+                calls.append(ToolCall(tool="kubectl_events", args={"object": f"node/{node}"}))
         for job in ev.focus_jobs():
             calls += self._job_calls(job, ev, backend)
         for job in ev.upstream_jobs():

@@ -104,3 +104,20 @@ def test_failed_scheduling_on_gpus_waits(lab, tmp_path):
     state = run_agent(lab.backend(), {"kind": "job_pending", "job": "big-0"}, tmp_path / "s.duckdb")
     assert state["diagnosis"]["family"] == "scheduling", state["diagnosis"]
     assert not [a for a in actions(state) if a["tool"] in ("resubmit", "node_drain", "cancel_job")]
+
+
+def test_not_ready_node_is_cordoned_and_a_pdb_blocked_eviction_is_not_forced(lab, tmp_path):
+    for n in ("gpu-a01", "gpu-a02", "gpu-a04", "gpu-a05"):
+        lab.add(k.node(n))
+    bad = lab.add(k.node("gpu-a03", ready=False))
+    lab.add(k.event(bad, "NodeNotReady", "Node gpu-a03 status is now: NodeNotReady", component="node-controller", type_="Normal"))
+    lab.add(k.pod("serve-0", node_name="gpu-a03", labels={"app": "serve", "user": "svc"}))
+    lab.add(k.pdb("serve-pdb", "train", {"app": "serve"}, allowed=0))
+    state = run_agent(lab.backend(), {"kind": "node_alert", "node": "gpu-a03"}, tmp_path / "s.duckdb")
+    assert state["diagnosis"]["label"] == "node_failure", state["diagnosis"]
+    drain = actions(state, "node_drain")
+    assert [(a["args"]["node"], a["decision"], a["result"]["ok"]) for a in drain] == [("gpu-a03", "allow", False)]
+    assert "PodDisruptionBudget" in drain[0]["result"]["message"]
+    assert lab.get("v1", "Node", None, "gpu-a03")["spec"]["unschedulable"] is True
+    assert [p["metadata"]["name"] for p in lab.all("v1", "Pod")] == ["serve-0"]
+    assert [a["args"]["team"] for a in actions(state, "escalate")] == ["hardware"]
