@@ -6,7 +6,7 @@ import re
 from collections.abc import Iterable
 from datetime import datetime
 
-from crashcart.tools.cluster import Job, Node
+from crashcart.tools.cluster import Job, Node, Partition
 from crashcart.tools.render._formats import elapsed_seconds, is_active, slurm_time, table
 
 # --- Slurm host lists ------------------------------------------------------------------
@@ -152,3 +152,23 @@ def sinfo_lines(nodes: Iterable[Node]) -> list[str]:
         for n in nodes
     ]
     return table(["NODELIST", "NODES", "PARTITION", "STATE", "GRES", "REASON"], rows, gap=1)
+
+
+def scontrol_partition_line(part: Partition | None, name: str, nodes: Iterable[Node]) -> str:
+    """`scontrol show partition -o NAME`: one line of Key=Value pairs. Limits the scenario does not
+    record are left out rather than invented."""
+    members = [n for n in nodes if n.partition == name]
+    fields = [f"PartitionName={name}", "AllowGroups=ALL", "AllowAccounts=ALL", "AllowQos=ALL"]
+    if part and part.default_time:
+        fields.append(f"DefaultTime={part.default_time}")
+    if part and part.max_nodes:
+        fields.append(f"MaxNodes={part.max_nodes}")
+    if part and part.max_time:
+        fields.append(f"MaxTime={part.max_time}")
+    fields.append(f"Nodes={compress_hostlist(n.name for n in members) or '(null)'}")
+    fields.append(f"State={part.state if part else 'UP'}")
+    fields.append(f"TotalNodes={len(members)}")
+    gpus = sum(n.gpus for n in members)
+    if gpus:
+        fields.append(f"TRES=node={len(members)},gres/gpu={gpus}")
+    return " ".join(fields)

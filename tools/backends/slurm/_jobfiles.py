@@ -105,7 +105,7 @@ class JobFiles:
 
     def job_config(self, info: JobInfo) -> dict[str, Any]:
         """The knobs a resubmit can change: the script's arguments or config file, the variables
-        --export sets, excluded nodes, and the memory Slurm was asked for."""
+        --export sets, excluded nodes, and the memory and time limit Slurm was asked for."""
         sub = info.submitted()
         if not sub.script and info.command:  # no submit line yet (accounting lags): the live Command
             words = info.command.split()
@@ -123,6 +123,8 @@ class JobFiles:
             config["exclude_nodes"] = parse.nodes_of(excluded)
         if (mem := _mem_gb(sub.get("mem"))) is not None:
             config["mem_gb"] = mem
+        if sub.get("time"):
+            config["time_limit"] = sub.get("time")
         return config
 
 
