@@ -56,7 +56,10 @@ def text_of(value: Any) -> str:
 def nodes_of(text: str | None) -> list[str]:
     if text is None or text.strip().lower() in _NO_VALUE:
         return []
-    return expand_hostlist(text.strip())
+    try:
+        return expand_hostlist(text.strip())
+    except ValueError as e:
+        raise ToolError(f"Slurm printed a node list crashcart cannot read: {e}") from None
 
 
 def gpus_in(tres: str | None) -> int:
