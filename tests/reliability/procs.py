@@ -83,6 +83,8 @@ def _cli(args: list[str], env: dict[str, str], out: str, lasting_in: str | None)
 
 
 _CTX = None
+REPORT: list[str] = []
+"""Counts the reliability tests measured, printed at the end of the run (conftest.py)."""
 
 
 def _context():

@@ -99,5 +99,5 @@ def test_watch_approve_incidents_replay_export_at_once(tmp_path: Path):
     assert history[-1] == detail.incident.status and detail.incident.status in {"remediated", "escalated"}
     drained = {n["name"]: n["state"] for n in procs.load_cluster(state)["cluster"]["nodes"]}
     assert drained[BAD_NODE] == "drained"
-    print(f"\nreliability: watch polled {polls} times while approve, incidents x{listed + 1}, export and "
+    procs.REPORT.append(f"concurrency: watch polled {polls} times while approve, incidents x{listed + 1}, export and "
           "replay ran in their own processes; 0 lock errors, 0 rows lost")

@@ -83,5 +83,5 @@ def test_kill_9_at_a_crash_point_loses_nothing_and_acts_once(point, baselines, t
         assert len(got["action_ids"]) == len(set(got["action_ids"])), f"run {i}: an action ran twice: {got}"
         for key in ("incidents", "statuses", "executed", "resubmits", "drained"):
             assert got[key] == want[key], f"run {i} ({scenario.name}, killed at {point}): {key} {got[key]} != {want[key]}"
-    print(f"\nreliability: {kills} kill -9 at {point}, each followed by a restart; "
-          f"0 incidents lost, 0 actions repeated")
+    procs.REPORT.append(f"kill -9 at {point}: {kills} kills, each followed by a restart; "
+                        f"0 incidents lost, 0 actions repeated")

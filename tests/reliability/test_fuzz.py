@@ -9,6 +9,7 @@ CRASHCART_FUZZ_EXAMPLES sets the cases per test (CI runs the default)."""
 
 from __future__ import annotations
 
+import json
 import os
 from collections import Counter
 from datetime import UTC, datetime
@@ -25,6 +26,8 @@ from crashcart.tools.backends.fixture import FixtureBackend
 from crashcart.tools.backends.slurm import _parse as parse
 from crashcart.tools.render.gpu import NVIDIA_SMI_QUERY
 
+import procs
+
 EXAMPLES = int(os.environ.get("CRASHCART_FUZZ_EXAMPLES", "400"))
 FUZZ = settings(max_examples=EXAMPLES, deadline=None, database=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
@@ -37,7 +40,7 @@ ODD = st.sampled_from([
     "Unknown", "None", "N/A", "(null)", "[N/A]", "-1", "0", "99999999999999999999", "1e308", "nan", "-0.0",
     "2026-13-45T99:99:99", "2026-03-02T10:00:00", "0x0000000000000048", "Active", "Not Active", "Yes", "No",
     "gres/gpu=-4", "gres/gpu:h100=8", "gres:gpu:2", "gpu:a100:9999999999", "[/red]", "[bold]x", "\x1b[31m",
-    "ÿ\u202e", "\t", "🙂", "a=b c=d", "JobId=", "CANCELLED by 0", "NODE_FAIL", "OUT_OF_MEMORY", "1:0", "0:9",
+    "ÿ\u202e", "\t", "🙂", "²", "1²", "٣", "a=b c=d", "JobId=", "CANCELLED by 0", "NODE_FAIL", "OUT_OF_MEMORY", "1:0", "0:9",
 ])
 CELL = st.one_of(ODD, st.text(max_size=20))
 
@@ -132,6 +135,51 @@ def test_nvidia_smi_csv(data):
     _refused_or_read(parse.nvidia_smi_samples, _mutate(SMI, ",", data), NOW)
 
 
+SQUEUE_JSON = {"jobs": [
+    {"job_id": 48213, "name": "llama", "user_name": "dana", "partition": "a100", "job_state": ["RUNNING"],
+     "state_reason": "None", "nodes": "gpu-a[01-02]", "tres_alloc_str": "cpu=16,gres/gpu=16",
+     "submit_time": {"set": True, "number": 1772442000}, "start_time": 1772442060, "end_time": 0,
+     "dependency": "afterok:48212"}]}
+SINFO_JSON = {"nodes": [{"name": "gpu-a01", "state": ["IDLE", "DRAIN"], "state_flags": [], "gres": "gpu:h100:8",
+                         "partitions": ["a100"], "reason": "Xid 79", "address": "10.0.0.1", "hostname": "gpu-a01"}]}
+JSON_VALUES = st.one_of(SCALARS := st.one_of(ODD, st.integers(-10**20, 10**20), st.floats(allow_nan=True),
+                                             st.booleans(), st.none()),
+                        st.lists(ODD, max_size=3), st.dictionaries(st.sampled_from(["set", "number", "x"]), SCALARS, max_size=2))
+
+
+def _bend_json(value, data):
+    if isinstance(value, dict):
+        return {k: (data.draw(JSON_VALUES) if data.draw(st.integers(0, 3)) == 0 else _bend_json(v, data))
+                for k, v in value.items() if data.draw(st.integers(0, 14))}
+    if isinstance(value, list):
+        return [_bend_json(v, data) for v in value]
+    return value
+
+
+class _Cli:
+    def __init__(self, text: str):
+        self.text = text
+
+    def out(self, argv):
+        return self.text
+
+
+@FUZZ
+@given(data=st.data())
+def test_squeue_and_sinfo_json(data):
+    """Through the backend's own JSON reader: what it cannot read must come out a ToolError."""
+    from types import SimpleNamespace
+
+    from crashcart.tools.backends.slurm._backend import SlurmBackend
+
+    CASES["squeue/sinfo --json"] += 1
+    for command, sample, read in (("squeue", SQUEUE_JSON, parse.squeue_json), ("sinfo", SINFO_JSON, parse.sinfo_json)):
+        text = json.dumps(_bend_json(sample, data))
+        if data.draw(st.integers(0, 9)) == 0:
+            text = text[: data.draw(st.integers(0, len(text)))]
+        _refused_or_read(SlurmBackend._json, SimpleNamespace(cli=_Cli(text)), command, read)
+
+
 LOG_LINES = [
     "[rank2]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 3.50 GiB. GPU 2 has a total capacity of 79.15 GiB",
     "NCCL WARN Timeout: watchdog caught collective operation timeout: WorkNCCL(SeqNum=1, OpType=ALLREDUCE) ran for 600000 milliseconds",
@@ -211,5 +259,5 @@ def _report_counts(request):
     failed_before = request.session.testsfailed
     yield
     total = sum(CASES.values())
-    print(f"\nreliability fuzz: {total} cases, {request.session.testsfailed - failed_before} failing tests ("
+    procs.REPORT.append(f"fuzz: {total} cases, {request.session.testsfailed - failed_before} failing tests ("
           + ", ".join(f"{k} {v}" for k, v in sorted(CASES.items())) + ")")

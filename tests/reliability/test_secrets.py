@@ -126,5 +126,5 @@ def test_no_secret_in_any_output_store_tape_or_export(tmp_path, login_node):
                                  *((str(p), b) for p, b in files.items())]
              if secret.encode() in blob]
     assert not found, f"secrets leaked: {found}"
-    print(f"\nreliability secrets: {len(SECRETS)} secrets, {len(outputs)} outputs and {len(files)} "
+    procs.REPORT.append(f"secrets: {len(SECRETS)} secrets, {len(outputs)} outputs and {len(files)} "
           f"state files (store, checkpoints, tapes) checked; 0 leaks")

@@ -125,5 +125,7 @@ def sshd(slurm_lab: SlurmLab, tmp_path_factory) -> Sshd:
 @pytest.fixture
 def lab(slurm_lab: SlurmLab, sshd: Sshd) -> SlurmLab:
     """The cluster with the sshd running: node commands in the agent tests go over SSH, so a
-    run in observe or dry-run mode leaves no probe job in accounting."""
+    run in observe or dry-run mode leaves no probe job in accounting. Each test starts from
+    the same settled cluster (SlurmLab.settle), whatever ran before it."""
+    slurm_lab.settle()
     return slurm_lab
