@@ -260,6 +260,7 @@ wait_up() { # name exe seconds command...  (fails fast when the daemon died)
     if "$@" >/dev/null 2>&1; then return 0; fi
     if ! pid_alive "$name" "$exe"; then
       tail -n 15 "$D/log/$name.out" >&2 || true
+      [ "$name" != mariadbd ] || tail -n 15 "$D/mysql/mariadb.err" >&2 || true
       die "$name exited during startup (log: $D/log/$name.out)"
     fi
     sleep 0.2

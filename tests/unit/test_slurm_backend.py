@@ -179,3 +179,20 @@ def test_a_running_job_whose_log_stopped_growing_is_stalled():
     stats = [a for a in t.sent if a[0] == "stat"]
     assert len(stats) == 1, "one stat for every running job's logs, however many run"
     assert "/scratch/hung-101.out" in stats[0] and "/node-local/104.out" in stats[0]
+
+
+def test_job_config_of_a_job_that_just_ended_waits_for_its_submit_line(monkeypatch):
+    # Accounting lags slurmctld: first the placeholder record without a submit line, then the
+    # whole one. Read during the lag, the memory the job asked for was missing (a flaky live test).
+    monkeypatch.setattr("crashcart.tools.backends.slurm._actions.time.sleep", lambda s: None)
+    calls = []
+
+    def accounting(argv):
+        calls.append(argv)
+        line = "48213|/home/dana/run||" + (SUBMIT.replace(" train.sh", " --mem=100M train.sh") if len(calls) > 1 else "")
+        return CommandResult(argv, 0, line + "\n", "")
+
+    t = cluster((("sacct", "-P", "-n", "-X", "-j", "48213"), accounting))
+    out = backend(t).run(REGISTRY.get("job_config"), {"job": "48213"})
+    assert out.config["mem_gb"] == pytest.approx(0.0977, abs=1e-3), out.text
+    assert out.config["batch_size"] == 16 and len(calls) >= 2
