@@ -217,12 +217,9 @@ def _open_target(scenario: Optional[str], cluster: Optional[Path], mode: Optiona
 
 
 def _checkpointer(path: Path):
-    import sqlite3
+    from crashcart.agent.checkpointer import open_checkpointer
 
-    from langgraph.checkpoint.sqlite import SqliteSaver
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    return SqliteSaver(sqlite3.connect(str(path), check_same_thread=False))
+    return open_checkpointer(path)
 
 
 @app.command()
@@ -481,7 +478,9 @@ def main() -> None:
         from crashcart.agent.guard import PolicyError
         from crashcart.playbooks import PlaybookError
 
-        if not isinstance(e, (PlaybookError, PolicyError)):
+        from crashcart.agent.store import StoreBusy
+
+        if not isinstance(e, (PlaybookError, PolicyError, StoreBusy)):
             raise
         _console().print(f"[red]error:[/] {e}", highlight=False)
         raise SystemExit(2) from None

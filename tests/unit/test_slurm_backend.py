@@ -207,3 +207,19 @@ def test_a_time_limit_change_becomes_sbatch_time_not_a_script_argument():
     sbatch = next(a for a in t.sent if "sbatch" in a)
     assert "--time=2-00:00:00" in sbatch
     assert not any("time_limit" in word for word in sbatch)
+
+def test_job_config_of_a_job_that_just_ended_waits_for_its_submit_line(monkeypatch):
+    # Accounting lags slurmctld: first the placeholder record without a submit line, then the
+    # whole one. Read during the lag, the memory the job asked for was missing (a flaky live test).
+    monkeypatch.setattr("crashcart.tools.backends.slurm._actions.time.sleep", lambda s: None)
+    calls = []
+
+    def accounting(argv):
+        calls.append(argv)
+        line = "48213|/home/dana/run||" + (SUBMIT.replace(" train.sh", " --mem=100M train.sh") if len(calls) > 1 else "")
+        return CommandResult(argv, 0, line + "\n", "")
+
+    t = cluster((("sacct", "-P", "-n", "-X", "-j", "48213"), accounting))
+    out = backend(t).run(REGISTRY.get("job_config"), {"job": "48213"})
+    assert out.config["mem_gb"] == pytest.approx(0.0977, abs=1e-3), out.text
+    assert out.config["batch_size"] == 16 and len(calls) >= 2

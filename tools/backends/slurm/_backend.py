@@ -134,7 +134,7 @@ class SlurmBackend(JobFiles, Backend):
         text = self.cli.out([command, "--json"])
         try:
             return read(json.loads(text))
-        except (ValueError, KeyError, TypeError) as e:
+        except (ValueError, KeyError, TypeError, AttributeError) as e:  # AttributeError: another shape
             raise ToolError(f"{command} --json printed something crashcart cannot read ({e}): {text[:200]!r}") from None
 
     def node(self, name: str) -> parse.NodeInfo:
