@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Optional
 
 import typer
+from rich.text import Text
 
 app = typer.Typer(
     add_completion=False, no_args_is_help=True,
@@ -104,39 +105,51 @@ def coverage(
 
 @app.command()
 def diagnose(
-    logfiles: list[str] = typer.Argument(..., help="Log files; - reads standard input"),
+    logfiles: list[str] = typer.Argument(..., help="Log files (.gz read through); - reads standard input"),
     as_json: bool = typer.Option(False, "--json", help="One JSON verdict per line"),
+    together: bool = typer.Option(False, "--together", help="Read all the files as one incident (a job log and "
+                                                             "its node's dmesg): one verdict"),
 ) -> None:
     """A verdict from a log alone: family, diagnosis, remedy, evidence."""
-    from crashcart.agent.verdict import LogError, diagnose_text, read_log_bytes
+    from crashcart.agent.verdict import LogError, diagnose_lines, read_log_file
 
     console = _console()
     bad = 0
+
+    def report_error(name: str, message: str) -> None:
+        if as_json:
+            print(json.dumps({"source": name, "error": message}))
+        else:
+            console.print(Text.assemble(("error: ", "red"), message))
+
+    read: list[tuple[str, list[str] | str]] = []
     for name in logfiles:
         try:
-            if name == "-":
-                data = sys.stdin.buffer.read()
-            else:
-                data = Path(name).read_bytes()
-            verdict = diagnose_text(read_log_bytes(data, name), source=name)
-        except (OSError, LogError) as e:
+            read.append((name, read_log_file(name, sys.stdin.buffer)))
+        except LogError as e:
             bad += 1
-            message = str(e) if isinstance(e, LogError) else f"{name}: cannot read ({e.strerror or e})"
-            if as_json:
-                print(json.dumps({"source": name, "error": message}))
-            else:
-                console.print(f"[red]error:[/] {message}", highlight=False)
+            read.append((name, str(e)))
+    if together:
+        # One incident: the verdict's evidence may come from any of the files read.
+        good = [(n, lines) for n, lines in read if isinstance(lines, list)]
+        read = [(n, e) for n, e in read if isinstance(e, str)]
+        if good:
+            read.append((" + ".join(n for n, _ in good), [line for _, lines in good for line in lines]))
+    for name, lines in read:
+        if isinstance(lines, str):
+            report_error(name, lines)
             continue
+        verdict = diagnose_lines(lines, source=name)
         if as_json:
             print(verdict.model_dump_json())
-        else:
-            console.print(f"[bold]{name}[/]: [magenta]{verdict.diagnosis}[/] ({verdict.family}) -> "
-                          f"{verdict.remedy}, confidence {verdict.confidence}", highlight=False)
-            console.print(f"  {verdict.summary}", highlight=False)
-            if verdict.changes:
-                console.print(f"  changes: {verdict.changes}", highlight=False)
-            for line in verdict.evidence[:6]:
-                console.print(f"  | {line}", style="yellow", highlight=False, markup=False)
+            continue
+        console.print(Text.assemble((name, "bold"), ": ", (verdict.diagnosis, "magenta"),
+                                    f" ({verdict.family}) -> {verdict.remedy}, confidence {verdict.confidence}"))
+        console.print(Text(f"  {verdict.summary}"))
+        if verdict.changes:
+            console.print(Text(f"  changes: {verdict.changes}"))
+        for line in verdict.evidence[:6]:
+            console.print(Text(f"  | {line}", style="yellow"))
     if bad:
         raise typer.Exit(1)
 
