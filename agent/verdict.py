@@ -198,18 +198,22 @@ def _stalled_in_log(lines: list[str]) -> tuple[float, list[str]] | None:
 
 
 # What a run that is going fine prints: a step or epoch counter, throughput, a checkpoint
-# written, the trainer saying it finished. "Healthy" rests on these, never on silence.
-_PROGRESS = re.compile(
+# written, the trainer saying it finished, NCCL's communicators up, a status report (nvidia-smi
+# -q) whose fields say "Not Active". "Healthy" rests on these, never on silence.
+_HEALTHY_SIGN = re.compile(
     r"\b(?:step|iter(?:ation)?|epoch)\b\s*[=:\[]?\s*\d+|\d+(?:\.\d+)?\s*(?:samples|examples|tokens|images|it)"
     r"\s*(?:/|per\s*)s(?:ec(?:ond)?)?\b|saved? (?:the )?(?:model )?checkpoint|checkpoint (?:saved|written)|"
     r"saving (?:model )?checkpoint|training (?:finished|completed|complete|done)|train_runtime|"
-    r"completed successfully|finished training",
+    r"completed successfully|finished training|init complete|:\s*not active\b",
     re.I,
 )
 
 
+_PYTHON_ERROR = re.compile(r"^(?:\[rank\d+\]:\s*)?Traceback \(most recent call last\)|^(?:\[rank\d+\]:\s*)?[\w.]*(?:Error|Exception): ")
+
+
 def _shows_progress(lines: list[str]) -> bool:
-    return sum(1 for line in lines if _PROGRESS.search(line)) >= 2
+    return sum(1 for line in lines if _HEALTHY_SIGN.search(line)) >= 2
 
 
 def diagnose_lines(lines: list[str], source: str | None = None, kb: KnowledgeBase | None = None) -> Verdict:
@@ -242,10 +246,12 @@ def diagnose_text(text: str, source: str | None = None, kb: KnowledgeBase | None
                 summary="The run was making progress and nothing in this log looks like a failure.",
                 source=source,
             )
-        # Could not tell: a person reads the lines. Silence is not health (a pasted sacct
-        # row, a config dump, garbage) and an unknown error is not the owner's bug either.
+        # Could not tell: a person reads the lines. Silence is not health (a pasted sacct row,
+        # a config dump, garbage). A Python exception no playbook knows is most likely the
+        # job's own code; anything else unknown is only unknown.
+        python_error = any(_PYTHON_ERROR.search(line) for line in suspicious)
         return Verdict(
-            family="unknown", diagnosis="unrecognized", remedy="escalate_user" if suspicious else "none",
+            family="user_code" if python_error else "unknown", diagnosis="unrecognized", remedy="escalate_user" if suspicious else "none",
             retriable=False, confidence=0.2 if suspicious else 0.1,
             evidence=list(dict.fromkeys(suspicious))[-10:],
             summary="No playbook recognises this log; these lines look suspicious."

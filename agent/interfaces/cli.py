@@ -271,6 +271,8 @@ def investigate(
     run = start_incident(deps, trigger, cluster=name, source=source, checkpointer=saver, record=True)
     render_incident(console, run.state, title=title)
     if not run.interrupted:
+        if run.state.get("status") == "investigation_failed":
+            raise typer.Exit(3)  # "could not tell" is an answer, and not a success
         return
     waiting = pending_approval(deps, run.incident_id, saver)
     console.print(f"[yellow]incident {run.incident_id} waits for approval of {len(waiting)} action(s):[/]")

@@ -21,6 +21,7 @@ SACCT_ROW = """\
 JobID|JobName|Partition|Account|AllocCPUS|State|ExitCode
 48213|gpt-13b|h100|ml|64|COMPLETED|0:0
 """
+SACCT_FAILED = "48213|gpt-13b|h100|dana|FAILED|1:0|2026-03-01T20:02:00|2026-03-02T09:52:00|13:50:00|gpu-b[05-08]\n"
 GARBAGE = "qwlkej 2398 zxcmn ,./;' asdlkj\n\t~~~ 0x7f3a 0x7f3b\nlorem ipsum dolor sit amet\n"
 CONFIG_DUMP = "model:\n  hidden: 4096\n  layers: 32\noptimizer: adamw\nlr: 3.0e-4\n"
 XID = "[1843.113] NVRM: Xid (PCI:0000:9b:00): 79, pid=41235, name=python, GPU has fallen off the bus.\n"
@@ -30,7 +31,8 @@ NCCL_TIMEOUT = ("[rank3]:[E ProcessGroupNCCL.cpp:563] [Rank 3] Watchdog caught c
 STEP = "2026-03-02 09:{m:02d}:{s:02d} | INFO | train | step {n} | loss 2.31 | 3512 tokens/s\n"
 
 
-@pytest.mark.parametrize("text", [SACCT_ROW, GARBAGE, CONFIG_DUMP], ids=["sacct-row", "garbage", "config"])
+@pytest.mark.parametrize("text", [SACCT_ROW, SACCT_FAILED, GARBAGE, CONFIG_DUMP],
+                         ids=["sacct-row", "sacct-failed-row", "garbage", "config"])
 def test_text_it_cannot_classify_is_unknown_never_healthy(text):
     v = diagnose_text(text)
     assert v.family == "unknown"
