@@ -33,6 +33,8 @@ class Deps:
     guard: Guard
     store: IncidentStore
     policy: Policy
+    notifier: Any = None
+    """Delivers executed escalate/notify actions to people (agent/notify.Dispatcher); None: nobody."""
 
 
 def _call_tool(deps: Deps, call: ToolCall) -> tuple[bool, Any, str | None]:
@@ -146,6 +148,7 @@ def build_graph(checkpointer: Any = None):
                     result or {"error": err}, at=deps.backend.now(),
                 )
             updated.append(a)
+        _deliver(deps, state, updated)
         return {"actions": updated}
 
     def report(state: IncidentState, runtime: Runtime[Deps]) -> dict[str, Any]:
@@ -171,6 +174,16 @@ def build_graph(checkpointer: Any = None):
     g.add_conditional_edges("act", route_after_act)
     g.add_edge("report", END)
     return g.compile(checkpointer=checkpointer)
+
+
+def _deliver(deps: Deps, state: IncidentState, actions: list[dict[str, Any]]) -> None:
+    """Every executed escalate/notify reaches people. Run on each pass through act, so one whose
+    delivery a crash cut short is sent on resume; the dispatcher skips notifiers already done."""
+    if deps.notifier is None:
+        return
+    for a in actions:
+        if a["tool"] in ("escalate", "notify") and a.get("result") and not a.get("error"):
+            deps.notifier.deliver(state["cluster"], state["incident_id"], a, deps.backend.now())
 
 
 def _check_plan(deps: Deps, state: IncidentState) -> list[dict[str, Any]]:
