@@ -69,6 +69,9 @@ CREATE TABLE IF NOT EXISTS detections (
     cluster TEXT, "key" TEXT, incident_id TEXT, "at" TIMESTAMP, PRIMARY KEY (cluster, "key"));
 CREATE TABLE IF NOT EXISTS tapes (
     incident_id TEXT PRIMARY KEY, tape TEXT);
+CREATE TABLE IF NOT EXISTS deliveries (
+    incident_id TEXT, action_id TEXT, notifier TEXT, kind TEXT, status TEXT, attempts INTEGER,
+    error TEXT, payload TEXT, "at" TIMESTAMP);
 CREATE TABLE IF NOT EXISTS breaker (
     cluster TEXT PRIMARY KEY, tripped BOOLEAN, reason TEXT, tripped_at TIMESTAMP,
     reset_by TEXT, reset_at TIMESTAMP);
@@ -169,6 +172,21 @@ class Approval(_Row):
     used: bool
 
 
+class Delivery(_Row):
+    """One attempt to get an escalation or notification to people through one notifier."""
+
+    incident_id: str
+    action_id: str
+    notifier: str
+    kind: str
+    status: str
+    """delivered | dead_letter (every retry failed: the payload waits here for a person)."""
+    attempts: int
+    error: str | None
+    payload: dict[str, Any]
+    at: datetime
+
+
 class BreakerState(_Row):
     cluster: str
     tripped: bool = False
@@ -215,7 +233,7 @@ def _loads(s: str | None) -> Any:
 
 
 _TIME_COLS = {"at", "opened_at", "updated_at", "tripped_at", "reset_at"}
-_JSON_COLS = {"args", "trigger", "diagnosis", "result", "target"}
+_JSON_COLS = {"args", "trigger", "diagnosis", "result", "target", "payload"}
 
 
 class IncidentStore:
@@ -686,3 +704,40 @@ class IncidentStore:
                 [action_id, incident_id, a.approver, _db_time(a.at)],
             )
             return a.model_copy(update={"used": True})
+
+    # --- deliveries (agent/notify) --------------------------------------------
+
+    def record_delivery(self, incident_id: str, action_id: str, notifier: str, kind: str, status: str,
+                        attempts: int, payload: dict[str, Any], *, error: str | None = None,
+                        at: datetime | None = None) -> None:
+        with self.lock:
+            self._con.execute(
+                "INSERT INTO deliveries VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [incident_id, action_id, notifier, kind, status, attempts, error, _dumps(payload),
+                 _db_time(self._now(at))],
+            )
+
+    def deliveries(self, incident_id: str) -> list[Delivery]:
+        return self._rows(Delivery, 'SELECT * FROM deliveries WHERE incident_id = ? ORDER BY "at", rowid',
+                          [incident_id])
+
+    def delivered_to(self, action_id: str) -> set[str]:
+        """The notifiers that already delivered this action (a resumed incident does not send twice)."""
+        with self.lock:
+            rows = self._con.execute(
+                "SELECT DISTINCT notifier FROM deliveries WHERE action_id = ? AND status = 'delivered'",
+                [action_id]).fetchall()
+        return {r[0] for r in rows}
+
+    def undelivered_counts(self, incident_ids: list[str]) -> dict[str, int]:
+        """Per incident, the deliveries that ended in the dead-letter record and never got through."""
+        if not incident_ids:
+            return {}
+        marks = ", ".join("?" * len(incident_ids))
+        with self.lock:
+            rows = self._con.execute(
+                f"SELECT incident_id, count(*) FROM deliveries d WHERE status = 'dead_letter'"
+                f" AND incident_id IN ({marks}) AND NOT EXISTS (SELECT 1 FROM deliveries x"
+                f" WHERE x.action_id = d.action_id AND x.notifier = d.notifier AND x.status = 'delivered')"
+                f" GROUP BY incident_id", incident_ids).fetchall()
+        return {r[0]: int(r[1]) for r in rows}
