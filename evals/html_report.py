@@ -79,7 +79,10 @@ def render_html(report) -> str:
         ("forbidden actions", str(s.violations)),
         ("errors", str(s.errors)),
         ("suite time", f"{s.duration_s:.1f} s"),
+        ("median tool calls", f"{s.median_tool_calls:g}"),
     ]
+    if s.budgeted:
+        kpis.append(("over budget", f"{s.over_budget}/{s.budgeted} (median {s.median_budgeted_calls:g} of {s.median_budget:g})"))
     if holdout:
         kpis.append(("holdout", f"{holdout['passed']}/{holdout['total']}"))
     if report.logs is not None:

@@ -13,6 +13,7 @@ import re
 from datetime import datetime, timedelta
 from typing import Any
 
+from crashcart.agent.policies import fanout
 from crashcart.agent.policies.capacity import demand_forecast, idle_gpus
 from crashcart.agent.policies.conditions import CONDITIONS, idle_gpu_nodes
 from crashcart.agent.policies.evidence import Evidence, RUNNING_STATES, build_evidence, call_key
@@ -49,10 +50,11 @@ class PlaybookPolicy:
         if budget <= 0:
             return []
         wanted = self._baseline_calls(ev, backend, first=not observations)
+        candidates = self._candidates(ev) if observations else []
         if observations:
-            for match in self._candidates(ev):
+            for match in candidates:
                 wanted += self._steps(match, ev, backend)
-            if not self._candidates(ev) and self._failed_focus(ev):
+            if not candidates and self._failed_focus(ev):
                 wanted += self._sweep(ev, backend)
         fresh: list[ToolCall] = []
         for call in wanted:
@@ -62,7 +64,7 @@ class PlaybookPolicy:
             if backend not in REGISTRY.get(call.tool).backends:
                 continue
             fresh.append(call)
-        return fresh[:budget]
+        return fanout.bound(fresh, ev, candidates)[:budget]
 
     def _baseline_calls(self, ev: Evidence, backend: str, first: bool) -> list[ToolCall]:
         """What any on-call engineer looks at first for this kind of trigger."""
