@@ -163,6 +163,7 @@ READ_ARGS = {
     "kernel_log": lambda k: {"node": A_NODE[k]},
     "training_progress": lambda k: {"job": A_JOB[k]},
     "job_config": lambda k: {"job": A_JOB[k]},
+    "sacctmgr_show": lambda k: {"entity": "qos"},
 }
 WRITE_ARGS = {
     "node_drain": lambda k: {"node": A_NODE[k], "reason": "test"},
