@@ -58,6 +58,10 @@ class ScenarioResult(BaseModel):
     actions: list[ActionTaken] = Field(default_factory=list)
     """Every write action attempted, with the guard's decision."""
     violations: list[str] = Field(default_factory=list)
+    summary: str | None = None
+    """The diagnosis in words (a capacity question's answer)."""
+    chart: dict[str, Any] | None = None
+    """A capacity answer's chart (GPUs waiting and running by hour of day), drawn in the HTML report."""
     tool_calls: int = 0
     max_tool_calls: int | None = None
     """The scenario's budget of tool calls, when it sets one: more counts as a failure."""
@@ -129,6 +133,8 @@ def run_scenario(scenario: Scenario, path: str = "", policy_name: str = "playboo
     result.remedy, result.root_cause, result.confidence = d.get("remedy"), d.get("root_cause"), d.get("confidence")
     result.evidence, result.evidence_path = d.get("evidence") or [], d.get("evidence_path") or []
     result.signals = d.get("signals") or []
+    result.chart = d.get("chart")
+    result.summary = d.get("summary")
     result.candidates = d.get("candidates") or []
     result.ruled_out = [r.split(" (", 1)[0] for r in d.get("ruled_out") or []]
     result.tools_called = list(dict.fromkeys(o["tool"] for o in observations))

@@ -18,6 +18,11 @@ FAILED_STATES = {
     "DEADLINE", "ERROR", "OOMKILLED", "EVICTED", "STOPPED", "CRASHLOOPBACKOFF",
 }
 RUNNING_STATES = {"RUNNING", "COMPLETING", "CONFIGURING", "ALIVE"}
+# The scheduler reads, and the fields of their output the capacity answers read.
+LIMIT_TOOLS = {
+    "sacctmgr_show": ("qos", "associations"), "sshare": ("shares",),
+    "kueue_cluster_queues": ("cluster_queues",), "ray_autoscaler_status": ("autoscaler",),
+}
 
 
 @dataclass
@@ -56,6 +61,8 @@ class JobFacts:
     submit_time: datetime | None = None
     depends_on: list[str] = field(default_factory=list)
     attempts: list[dict[str, Any]] = field(default_factory=list)
+    account: str | None = None
+    qos: str | None = None
 
     @property
     def failed(self) -> bool:
@@ -75,6 +82,8 @@ class Evidence:
     calls: set[str] = field(default_factory=set)
     """Keys of the calls already made (tool + sorted args), to never repeat one."""
     history_rows: list[dict[str, Any]] = field(default_factory=list)
+    limits: dict[str, Any] = field(default_factory=dict)
+    """The scheduler's limits as read (qos, associations, shares, cluster_queues, autoscaler)."""
 
     # --- what the incident is about --------------------------------------
 
@@ -168,7 +177,7 @@ def _merge_job(ev: Evidence, row: dict[str, Any], parent: str | None = None) -> 
             facts.attempts.append(row)
         return
     facts = ev.jobs.setdefault(row["job"], JobFacts(job=row["job"]))
-    for key in ("name", "state", "reason", "exit_code", "user", "partition", "gpus", "depends_on"):
+    for key in ("name", "state", "reason", "exit_code", "user", "partition", "gpus", "depends_on", "account", "qos"):
         if row.get(key) not in (None, "", [], 0):
             setattr(facts, key, row[key])
     if row.get("nodes"):
@@ -231,6 +240,10 @@ def build_evidence(observations: list[dict[str, Any]], trigger: dict[str, Any], 
             )
         elif tool == "job_config":
             ev.configs[args["job"]] = data.get("config") or {}
+        elif tool in LIMIT_TOOLS:
+            for key in LIMIT_TOOLS[tool]:
+                if data.get(key):
+                    ev.limits[key] = data[key]
         if "rows" in data and tool in {"sacct", "squeue", "list_jobs", "job_history"}:
             for row in data["rows"]:
                 _merge_job(ev, row, parent=args.get("job"))

@@ -15,6 +15,7 @@ from typing import Any
 
 from crashcart.agent.policies import fanout
 from crashcart.agent.policies.capacity import demand_forecast, idle_gpus
+from crashcart.agent.policies.constraint import binding_constraint
 from crashcart.agent.policies.conditions import CONDITIONS, idle_gpu_nodes
 from crashcart.agent.policies.evidence import Evidence, RUNNING_STATES, build_evidence, call_key
 from crashcart.agent.policies.matching import LabelMatch, match_label, near_miss
@@ -31,7 +32,12 @@ SUSPICIOUS = re.compile(
     re.I,
 )
 HEALTHY = "healthy"
-ANALYSES = {"demand_forecast": demand_forecast, "idle_gpus": idle_gpus}
+# Each answers a capacity question: (the answer, its evidence lines, a chart or None).
+ANALYSES = {
+    "demand_forecast": lambda ev: (*demand_forecast(ev), None),
+    "idle_gpus": lambda ev: (*idle_gpus(ev), None),
+    "binding_constraint": binding_constraint,
+}
 
 
 class PlaybookPolicy:
@@ -217,8 +223,9 @@ class PlaybookPolicy:
         summary = f"{label.title} ({root or 'cause unknown'})"
         if remedy.advice:
             summary += f". {remedy.advice}"
+        chart = None
         if label.analysis:
-            answer, lines = ANALYSES[label.analysis](ev)
+            answer, lines, chart = ANALYSES[label.analysis](ev)
             summary, evidence = f"{label.title}: {answer}", lines + evidence
         changes: dict[str, Any] = {}
         if remedy.kind == "resubmit_with_changes" and ev.focus_jobs():
@@ -233,7 +240,7 @@ class PlaybookPolicy:
             label=best.name, family=best.entry.family, root_cause=root, remedy=remedy_kind,
             confidence=round(min(0.95, 0.55 + 0.15 * best.matched_signals), 2),
             retriable=label.retriable, evidence=evidence[:12], evidence_path=path, signals=signals, summary=summary,
-            changes=changes, team=label.team, candidates=[m.name for m in candidates[1:6]],
+            changes=changes, team=label.team, candidates=[m.name for m in candidates[1:6]], chart=chart,
         )
         actions = plan_actions(best, remedy_kind, ev, root_node, summary, evidence, state.get("backend", "slurm"), remedy)
         return diagnosis, actions
