@@ -137,6 +137,8 @@ InvestigateTarget = Literal[
 StepCondition = Literal[
     # The scheduler says more nodes lack free GPUs than running jobs hold GPUs on.
     "gpus_unaccounted",
+    # A focus job is one pod of a multi-pod workload: list its peers (and so their nodes).
+    "part_of_a_workload",
 ]
 
 

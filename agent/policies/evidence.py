@@ -129,11 +129,23 @@ class Evidence:
             ends += [t for t in [facts.end_time] + [_time(a.get("end_time")) for a in facts.attempts] if t]
         return (min(starts) if starts else None), (max(ends) if ends else self.now)
 
+    def replicas(self, job: str) -> list[JobFacts]:
+        """The other pods of the workload a pod belongs to (`train-worker-3` of PyTorchJob `train`):
+        one job to its owner, so their nodes are the job's nodes. They share its name and
+        namespace, and ran at the same time."""
+        facts = self.jobs.get(job)
+        if not facts or not facts.name or facts.name == job or not job.startswith(f"{facts.name}-"):
+            return []
+        return [f for f in self.jobs.values() if f.job != job and f.name == facts.name
+                and f.partition == facts.partition and _overlap(f, facts, self.now)]
+
     def relevant_nodes(self) -> list[str]:
         nodes: list[str] = []
         if self.trigger.get("node"):
             nodes.append(self.trigger["node"])
         for j in self.focus_jobs():
+            for replica in self.replicas(j):
+                nodes += [n for n in replica.nodes if n not in nodes]
             facts = self.jobs.get(j)
             for n in facts.nodes if facts else []:
                 if n not in nodes:
@@ -143,6 +155,14 @@ class Evidence:
                     if n not in nodes:
                         nodes.append(n)
         return nodes
+
+
+def _overlap(a: JobFacts, b: JobFacts, now: datetime | None) -> bool:
+    """Whether two jobs ran at the same time (a job with no start never ran)."""
+    if a.start_time is None or b.start_time is None:
+        return False
+    a_end, b_end = a.end_time or now, b.end_time or now
+    return (a_end is None or a_end > b.start_time) and (b_end is None or b_end > a.start_time)
 
 
 def call_key(tool: str, args: dict[str, Any]) -> str:

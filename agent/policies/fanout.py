@@ -2,7 +2,8 @@
 
 A job on twelve nodes invites three probes per node (kernel log, nvidia-smi, GPU history): 36
 calls where an engineer makes a dozen. The kernel log is read everywhere, since it is what
-names a suspect; the GPU probes then go to the suspects only. While kernel logs are still
+names a suspect; the probes (GPU telemetry, the node's state, description and events) then go to
+the suspects only. While kernel logs are still
 outstanding the probes wait a round, so that a node the kernel log already named is the only
 one probed. When no node is suspected after the kernel logs, the probes sweep every node (a hot
 or throttled GPU prints nothing to dmesg). This holds for failed jobs, whose cause a kernel log
@@ -11,12 +12,27 @@ usually names; a slow or stalled job is probed everywhere at once.
 
 from __future__ import annotations
 
-from crashcart.agent.policies.evidence import Evidence
+from crashcart.agent.policies.evidence import Evidence, call_key
 from crashcart.agent.policies.matching import LabelMatch
 from crashcart.tools._spec import ToolCall
 
-# Per-node GPU probes: worth a call on a suspect, rarely on every node.
-GPU_PROBES = {"nvidia_smi_query", "gpu_metrics"}
+# Per-node probes: worth a call on a suspect, rarely on every node. The kernel log is not one
+# (it names the suspects), nor a node's job list (it finds the other victims).
+PROBES = {"nvidia_smi_query", "gpu_metrics", "sinfo", "kubectl_get_nodes", "ray_list_nodes", "kubectl_describe",
+          "kubectl_events"}
+
+
+def probed_node(call: ToolCall) -> str | None:
+    """The node a per-node probe looks at, or None for a call that is not one."""
+    if call.tool not in PROBES:
+        return None
+    args = call.args
+    if call.tool == "kubectl_describe":
+        return args.get("name") if args.get("kind") == "node" else None
+    if call.tool == "kubectl_events":
+        obj = str(args.get("object") or "")
+        return obj[5:] if obj.startswith("node/") else None
+    return args.get("node")
 
 
 def suspects(ev: Evidence, candidates: list[LabelMatch]) -> set[str]:
@@ -30,19 +46,25 @@ def suspects(ev: Evidence, candidates: list[LabelMatch]) -> set[str]:
 
 
 def bound(calls: list[ToolCall], ev: Evidence, candidates: list[LabelMatch]) -> list[ToolCall]:
-    """The calls worth making this round: GPU probes of unsuspected nodes wait for the kernel
-    logs, then go only where a suspect is not already known."""
+    """The calls worth making this round: probes of unsuspected nodes wait for the kernel logs,
+    then go only to the suspects when there are any."""
     relevant = set(ev.relevant_nodes())
-    if len(relevant) <= 2 or not any(ev.jobs[j].failed for j in ev.focus_jobs() if j in ev.jobs):
-        # Nothing to save on one or two nodes. A slow or stalled job prints nothing to dmesg:
-        # its GPUs' telemetry is the first evidence, on every node.
-        return calls
+    # Listing the namespace finds a workload's other pods, and with them more nodes to weigh.
+    widening = any(c.tool == "list_jobs" and c.args.get("partition") for c in calls)
+    if not any(ev.jobs[j].failed for j in ev.focus_jobs() if j in ev.jobs):
+        return calls  # a slow or stalled job prints nothing to dmesg: telemetry first, everywhere
+    if len(relevant) <= 2 and not widening:
+        return calls  # nothing to save on one or two nodes
     named = suspects(ev, candidates)
-    logs_outstanding = any(c.tool == "kernel_log" and c.args.get("node") in relevant for c in calls)
+    logs_outstanding = widening or any(c.tool == "kernel_log" and c.args.get("node") in relevant for c in calls)
+    described = {c.args.get("name") for c in calls if c.tool == "kubectl_describe" and c.args.get("kind") == "node"}
+    described |= {n for n in relevant if call_key("kubectl_describe", {"kind": "node", "name": n}) in ev.calls}
     kept = []
     for call in calls:
-        node = call.args.get("node")
-        if call.tool in GPU_PROBES and node in relevant and node not in named and (logs_outstanding or named):
+        node = probed_node(call)
+        if node in relevant and node not in named and (logs_outstanding or named):
             continue
+        if call.tool == "kubectl_get_nodes" and node in described:
+            continue  # `kubectl describe node` shows the same state, labels and taints, and more
         kept.append(call)
     return kept

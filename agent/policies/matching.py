@@ -72,10 +72,18 @@ def _text_hits(idx: int, sig: Signal, pattern, ev: Evidence) -> list[Hit]:
                 continue
             if sig.largest_share and not _largest_share(dict(caps).get("count"), line):
                 continue
-            hits.append(Hit(idx, doc.entity, line, doc.call, dict(caps)))
+            hits.append(Hit(idx, _pointed_at(dict(caps).get("node"), doc.entity, ev), line, doc.call, dict(caps)))
     if sig.min_count and len({h.entity for h in hits}) < sig.min_count:
         return []
     return hits
+
+
+def _pointed_at(node: str | None, entity: str, ev: Evidence) -> str:
+    """A line that names a node (a named group `node`: "srun: error: Node failure on gpu-07") points
+    at that node, when it is one the incident knows; otherwise at the text's own entity."""
+    if node and (node in ev.nodes or node in ev.relevant_nodes()):
+        return f"node:{node}"
+    return entity
 
 
 _NODE_COUNT = re.compile(r"\b(\d+) (?:node\(s\)|Insufficient\b)")
@@ -176,6 +184,8 @@ def signal_hits(idx: int, sig: Signal, pattern, ev: Evidence) -> list[Hit]:
             text = f"{row.get('state', '')} {row.get('reason') or ''}".strip()
             if _word_matches(sig, pattern, row.get("state")) or (pattern and pattern.search(text)):
                 hits.append(Hit(idx, f"node:{n}", f"node {n}: {text}", f"node_state:{n}"))
+        if sig.min_count and len(hits) < sig.min_count:
+            return []
     elif sig.where == "telemetry":
         return _telemetry_hits(idx, sig, ev)
     elif sig.where == "progress":
