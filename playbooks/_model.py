@@ -84,6 +84,10 @@ class Signal(Strict):
     """Text signals: the match counts only when its named group `count` (times the group `per`,
     when the pattern has one) is more than the job was given of this: a launcher asking for
     4 nodes x 8 processes inside a 24-GPU allocation can never assemble."""
+    gpus_busy_pct: float | None = None
+    """Text signals: the match counts only when the job's GPUs are working now: every GPU sampled
+    on its nodes (the latest sample each) is at least this busy, with memory in use. A log that
+    ends inside an evaluation pass means a busy job only while its GPUs say so."""
     config_key: str | None = None
     config_ge: float | None = None
     config_values: list[Any] | None = None

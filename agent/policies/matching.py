@@ -70,6 +70,8 @@ def _text_hits(idx: int, sig: Signal, pattern, ev: Evidence) -> list[Hit]:
             line, caps = found
             if sig.exceeds_job and not _exceeds_job(sig.exceeds_job, dict(caps), doc.entity, ev):
                 continue
+            if sig.gpus_busy_pct is not None and not _gpus_busy(sig.gpus_busy_pct, doc.entity, ev):
+                continue
             if sig.largest_share and not _largest_share(dict(caps).get("count"), line):
                 continue
             hits.append(Hit(idx, _pointed_at(dict(caps).get("node"), doc.entity, ev), line, doc.call, dict(caps)))
@@ -95,6 +97,19 @@ def _largest_share(count: str | None, line: str) -> bool:
     if not count or not count.isdigit():
         return not counts  # a message without counts names one reason
     return int(count) >= max(counts, default=0)
+
+
+def _gpus_busy(min_pct: float, entity: str, ev: Evidence) -> bool:
+    """Every GPU sampled on the job's nodes is busy in its latest sample (and some were sampled)."""
+    facts = ev.jobs.get(entity[4:]) if entity.startswith("job:") else None
+    latest: dict[tuple[str, int], Any] = {}
+    for node in facts.nodes if facts else []:
+        for s in ev.telemetry.get(node, []):
+            key = (node, s.index)
+            if key not in latest or (s.time and (latest[key].time is None or s.time >= latest[key].time)):
+                latest[key] = s
+    return bool(latest) and all(
+        s.util_pct is not None and s.util_pct >= min_pct and (s.memory_used_mib or 0) > 0 for s in latest.values())
 
 
 def _exceeds_job(what: str, caps: dict[str, str], entity: str, ev: Evidence) -> bool:
