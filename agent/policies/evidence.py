@@ -15,8 +15,12 @@ from crashcart.tools.cluster import GpuSample, ProgressPoint, Checkpoint
 
 FAILED_STATES = {
     "FAILED", "NODE_FAIL", "OUT_OF_MEMORY", "TIMEOUT", "PREEMPTED", "BOOT_FAIL", "CANCELLED",
-    "DEADLINE", "ERROR", "OOMKILLED", "EVICTED", "STOPPED", "CRASHLOOPBACKOFF",
+    "DEADLINE", "ERROR", "OOMKILLED", "EVICTED", "STOPPED", "CRASHLOOPBACKOFF", "UNKNOWN",
 }
+VICTIM_WINDOW_MINUTES = 60
+"""Jobs that ended badly on a faulty node this close to the fault are its victims."""
+# A person's own cancel ("CANCELLED by 51234") is a decision, not a victim; uid 0 is Slurm itself.
+_OWNER_CANCEL = re.compile(r"^CANCELLED by [1-9]\d*$", re.I)
 RUNNING_STATES = {"RUNNING", "COMPLETING", "CONFIGURING", "ALIVE"}
 # The scheduler reads, and the fields of their output the capacity answers read.
 LIMIT_TOOLS = {
@@ -138,6 +142,26 @@ class Evidence:
             return []
         return [f for f in self.jobs.values() if f.job != job and f.name == facts.name
                 and f.partition == facts.partition and _overlap(f, facts, self.now)]
+
+    def victims_of(self, node: str) -> list[str]:
+        """Every job a fault on `node` killed: any user, partition or namespace, any bad end
+        (FAILED, NODE_FAIL, CANCELLED by the system, a pod in Error or Unknown), ended within
+        the window around the fault (the focus jobs' end, else now). Not a job its owner cancelled."""
+        ends = [f.end_time for j in self.focus_jobs() if (f := self.jobs.get(j)) and f.end_time]
+        fault = max(ends) if ends else self.now
+        # A workload's other pods rerun with it; they are not separate victims.
+        same_workload = {r.job for j in self.focus_jobs() for r in self.replicas(j)}
+        out = []
+        for f in self.jobs.values():
+            if node not in f.nodes or not f.failed or _OWNER_CANCEL.match(f.state.strip()) or f.job in same_workload:
+                continue
+            ended = f.end_time is not None or f.state.upper().split()[0] in {"NODE_FAIL", "UNKNOWN"}
+            if not ended:
+                continue  # still restarting in place (a node's own daemon in CrashLoopBackOff): not a victim to rerun
+            if fault and f.end_time and abs((f.end_time - fault).total_seconds()) > VICTIM_WINDOW_MINUTES * 60:
+                continue
+            out.append(f.job)
+        return out
 
     def relevant_nodes(self) -> list[str]:
         nodes: list[str] = []

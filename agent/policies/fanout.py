@@ -53,8 +53,8 @@ def bound(calls: list[ToolCall], ev: Evidence, candidates: list[LabelMatch]) -> 
     widening = any(c.tool == "list_jobs" and c.args.get("partition") for c in calls)
     if not any(ev.jobs[j].failed for j in ev.focus_jobs() if j in ev.jobs):
         return calls  # a slow or stalled job prints nothing to dmesg: telemetry first, everywhere
-    if len(relevant) <= 2 and not widening:
-        return calls  # nothing to save on one or two nodes
+    if len(relevant) <= 1 and not widening:
+        return calls  # nothing to save on one node
     named = suspects(ev, candidates)
     logs_outstanding = widening or any(c.tool == "kernel_log" and c.args.get("node") in relevant for c in calls)
     described = {c.args.get("name") for c in calls if c.tool == "kubectl_describe" and c.args.get("kind") == "node"}

@@ -168,6 +168,9 @@ class PlaybookPolicy:
                     step_call = ToolCall(tool=step.tool, args=args)
                 calls.append(step_call)
         remedy = match.entry.label.remedy
+        if remedy.kind == "exclude_node":
+            # One cause, every victim: the suspect node's other jobs (any user or namespace) rerun too.
+            calls += [ToolCall(tool="list_jobs", args={"node": e[5:]}) for e in match.entities("node")[:2]]
         if remedy.kind in {"resubmit_with_changes", "preempt"}:
             calls += [ToolCall(tool="job_config", args={"job": j}) for j in jobs]
         if remedy.kind == "preempt":
