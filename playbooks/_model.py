@@ -192,7 +192,21 @@ class OneNode(Strict):
 
     min_jobs: int = Field(2, ge=2)
     """How many jobs must show the error: one job on a node proves nothing about the node."""
+    node_evidence: str | None = None
+    """A kernel-log regex for the client dying on the node itself (its FUSE daemon killed, its
+    mount thrown out): on exactly one of the jobs' nodes, with jobs elsewhere fine, it scopes the
+    error to that node even when only one job saw it."""
     remedy: Remedy
+
+    @field_validator("node_evidence")
+    @classmethod
+    def _compiles(cls, v: str | None) -> str | None:
+        if v is not None:
+            try:
+                re.compile(v)
+            except re.error as e:
+                raise ValueError(f"node_evidence does not compile: {e}") from None
+        return v
 
 
 class Label(Strict):

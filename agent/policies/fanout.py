@@ -22,6 +22,9 @@ PROBES = {"nvidia_smi_query", "gpu_metrics", "sinfo", "kubectl_get_nodes", "ray_
           "kubectl_events"}
 
 
+LISTINGS = {"sinfo", "kubectl_get_nodes", "ray_list_nodes"}
+
+
 def probed_node(call: ToolCall) -> str | None:
     """The node a per-node probe looks at, or None for a call that is not one."""
     if call.tool not in PROBES:
@@ -57,14 +60,21 @@ def bound(calls: list[ToolCall], ev: Evidence, candidates: list[LabelMatch]) -> 
         return calls  # nothing to save on one node
     named = suspects(ev, candidates)
     logs_outstanding = widening or any(c.tool == "kernel_log" and c.args.get("node") in relevant for c in calls)
-    described = {c.args.get("name") for c in calls if c.tool == "kubectl_describe" and c.args.get("kind") == "node"}
-    described |= {n for n in relevant if call_key("kubectl_describe", {"kind": "node", "name": n}) in ev.calls}
+    def asked(tool: str, args: dict) -> bool:
+        return call_key(tool, args) in ev.calls or any(c.tool == tool and c.args == args for c in calls)
+
+    listed_all = asked("kubectl_get_nodes", {})
     kept = []
     for call in calls:
         node = probed_node(call)
         if node in relevant and node not in named and (logs_outstanding or named):
             continue
-        if call.tool == "kubectl_get_nodes" and node in described:
+        if call.tool in LISTINGS and node and asked(call.tool, {}):
+            continue  # the listing of every node already has this one
+        if call.tool == "kubectl_get_nodes" and node and asked("kubectl_describe", {"kind": "node", "name": node}):
             continue  # `kubectl describe node` shows the same state, labels and taints, and more
+        if (call.tool == "kubectl_describe" and node and listed_all
+                and asked("kubectl_events", {"object": f"node/{node}"})):
+            continue  # the node listing and the node's events already hold what describe would add
         kept.append(call)
     return kept

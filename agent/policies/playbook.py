@@ -60,6 +60,10 @@ class PlaybookPolicy:
         if observations:
             for match in candidates:
                 wanted += self._steps(match, ev, backend)
+            if candidates and candidates[0].entry.label.remedy.kind == "exclude_node":
+                # One cause, every victim: the leading suspect node's other jobs (any user or
+                # namespace) are rerun too, so list them.
+                wanted += [ToolCall(tool="list_jobs", args={"node": e[5:]}) for e in candidates[0].entities("node")[:2]]
             if not candidates and self._failed_focus(ev):
                 wanted += self._sweep(ev, backend)
         fresh: list[ToolCall] = []
@@ -168,9 +172,6 @@ class PlaybookPolicy:
                     step_call = ToolCall(tool=step.tool, args=args)
                 calls.append(step_call)
         remedy = match.entry.label.remedy
-        if remedy.kind == "exclude_node":
-            # One cause, every victim: the suspect node's other jobs (any user or namespace) rerun too.
-            calls += [ToolCall(tool="list_jobs", args={"node": e[5:]}) for e in match.entities("node")[:2]]
         if remedy.kind in {"resubmit_with_changes", "preempt"}:
             calls += [ToolCall(tool="job_config", args={"job": j}) for j in jobs]
         if remedy.kind == "preempt":
