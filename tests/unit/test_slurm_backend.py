@@ -179,3 +179,24 @@ def test_a_running_job_whose_log_stopped_growing_is_stalled():
     stats = [a for a in t.sent if a[0] == "stat"]
     assert len(stats) == 1, "one stat for every running job's logs, however many run"
     assert "/scratch/hung-101.out" in stats[0] and "/node-local/104.out" in stats[0]
+
+
+# `sacctmgr -P show qos format=...` and `sshare -a -P -o ...` as Slurm 22.05 prints them.
+SACCTMGR_QOS = ("Name|Priority|GrpTRES|MaxTRESPU|MaxWall\nnormal|0|||\n"
+                "speech-a|10|gres/gpu=32||2-00:00:00\ndebug|50||gres/gpu=2|01:00:00\n")
+SSHARE = ("Account|User|RawShares|NormShares|RawUsage|EffectvUsage|FairShare\n"
+          "root|||0.000000|912344871|1.000000|1.000000\n"
+          " speech||40|0.400000|401221977|0.440000|0.460000\n"
+          "  speech|ilaria|1|0.133333|120110401|0.131000|0.410000\n")
+
+
+def test_sacctmgr_and_sshare_are_read_parsable_and_typed():
+    t = cluster((("sacctmgr", "-P", "show", "qos"), SACCTMGR_QOS), (("sshare", "-a", "-P"), SSHARE))
+    b = backend(t)
+    qos = b.run(REGISTRY.get("sacctmgr_show"), {"entity": "qos"})
+    assert [(q.name, q.grp_tres) for q in qos.qos] == [("normal", None), ("speech-a", "gres/gpu=32"), ("debug", None)]
+    assert ("sacctmgr", "-P", "show", "qos", "format=Name,Priority,GrpTRES,MaxTRESPU,MaxWall") in t.sent
+    shares = b.run(REGISTRY.get("sshare"), {"account": "speech"})
+    assert [(s.account, s.user, s.fairshare) for s in shares.shares] == [
+        ("root", None, 1.0), ("speech", None, 0.46), ("speech", "ilaria", 0.41)]
+    assert t.sent[-1][-2:] == ("-A", "speech")
