@@ -14,7 +14,8 @@ from pydantic import BaseModel, Field
 
 from crashcart.tools._spec import ToolInput, WriteInput, tool
 from crashcart.tools.cluster import (
-    Association, Autoscaler, Checkpoint, ClusterQueue, Event, FairShareRow, GpuSample, ProgressPoint, Qos,
+    Association, Autoscaler, Checkpoint, ClusterQueue, Event, FairShareRow, GpuSample, JobPriority, ProgressPoint,
+    Qos,
 )
 
 MAX_TEXT_CHARS = 12_000
@@ -251,6 +252,10 @@ class SshareOutput(TextOutput):
     shares: list[FairShareRow] = []
 
 
+class SprioOutput(TextOutput):
+    priorities: list[JobPriority] = []
+
+
 class ClusterQueuesOutput(TextOutput):
     cluster_queues: list[ClusterQueue] = []
 
@@ -362,6 +367,12 @@ sshare = tool(
     "sshare", input=SshareInput, output=SshareOutput, backends=("slurm",),
     description="""Slurm fair share (sshare -a -P): each account's and user's raw and normalized
     shares, usage charged, and FairShare factor (1.0 unused, near 0 spent: its jobs rank last).""",
+)
+sprio = tool(
+    "sprio", input=QueueInput, output=SprioOutput, backends=("slurm",),
+    description="""Slurm job priorities (sprio): for each pending job its priority and the weighted
+    factors it is made of (age, fair share, job size, partition, QOS): why one job starts before
+    another.""",
 )
 kueue_cluster_queues = tool(
     "kueue_cluster_queues", input=NoInput, output=ClusterQueuesOutput, backends=("kubernetes",),

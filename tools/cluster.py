@@ -178,6 +178,25 @@ class FairShareRow(Strict):
     fairshare: float = 1.0
 
 
+class JobPriority(Strict):
+    """One pending job's row of `sprio`: its priority and the weighted factors it is made of."""
+
+    job: str
+    partition: str | None = None
+    user: str | None = None
+    priority: int
+    age: int = 0
+    fairshare: int = 0
+    jobsize: int = 0
+    partition_factor: int = 0
+    qos: int = 0
+
+    @field_validator("job", mode="before")
+    @classmethod
+    def _id_text(cls, v: Any) -> Any:
+        return str(v) if isinstance(v, int) else v
+
+
 class ClusterQueue(Strict):
     """A Kueue ClusterQueue's quota for one flavor of one resource, and what it has reserved."""
 
@@ -224,6 +243,7 @@ class Scheduler(Strict):
     qos: list[Qos] = Field(default_factory=list)
     associations: list[Association] = Field(default_factory=list)
     shares: list[FairShareRow] = Field(default_factory=list)
+    priorities: list[JobPriority] = Field(default_factory=list)
     cluster_queues: list[ClusterQueue] = Field(default_factory=list)
     autoscaler: Autoscaler | None = None
 

@@ -190,7 +190,8 @@ def _autoscaler_max(ev: Evidence) -> list[str] | None:
     return None
 
 
-def _fair_share(ev: Evidence, rows: list[dict[str, Any]], text: str) -> list[str] | None:
+def _fair_share(ev: Evidence, rows: list[dict[str, Any]], text: str,
+                everyone: list[dict[str, Any]]) -> list[str] | None:
     shares = [s for s in ev.limits.get("shares") or [] if not s.get("user") and s["account"] != "root"]
     if not shares:
         return None
@@ -201,8 +202,17 @@ def _fair_share(ev: Evidence, rows: list[dict[str, Any]], text: str) -> list[str
     if not low:
         return None
     s = low[0]
-    return [f"account {s['account']} FairShare {s['fairshare']:.2f}: it used {s['effectv_usage']:.0%} of the "
-            f"cluster against a {s['norm_shares']:.0%} share, so its jobs rank below others (reason Priority)"]
+    lines = [f"account {s['account']} FairShare {s['fairshare']:.2f}: it used {s['effectv_usage']:.0%} of the "
+             f"cluster against a {s['norm_shares']:.0%} share, so its jobs rank below others (reason Priority)"]
+    # sprio, when read: the fair-share part of the pending jobs' priorities, theirs against the rest.
+    accounts = {r.get("job"): r.get("account") for r in everyone}
+    prios = ev.limits.get("priorities") or []
+    theirs = [p["fairshare"] for p in prios if accounts.get(p["job"]) == s["account"]]
+    others = [p["fairshare"] for p in prios if p["job"] in accounts and accounts.get(p["job"]) != s["account"]]
+    if theirs and others:
+        lines.append(f"sprio: the FAIRSHARE factor of its {len(theirs)} pending jobs is {max(theirs)} at most, "
+                     f"against {min(others)} or more for the {len(others)} others pending")
+    return lines
 
 
 def binding_constraint(ev: Evidence) -> tuple[str, list[str], dict[str, Any]]:
@@ -234,7 +244,7 @@ def binding_constraint(ev: Evidence) -> tuple[str, list[str], dict[str, Any]]:
         ("a QOS/account GPU cap (GrpTRES)", lambda: _qos_cap(ev, scoped, demand, idle)),
         ("the Kueue ClusterQueue quota", lambda: _kueue_quota(ev)),
         ("the autoscaler's max_workers", lambda: _autoscaler_max(ev)),
-        ("fair share", lambda: _fair_share(ev, scoped, text)),
+        ("fair share", lambda: _fair_share(ev, scoped, text, rows)),
     ]
     found = next(((what, lines) for what, check in checks if (lines := check())), None)
     chart = {"title": "GPUs waiting and running by hour of day (UTC, average over "

@@ -25,7 +25,7 @@ RUNNING_STATES = {"RUNNING", "COMPLETING", "CONFIGURING", "ALIVE"}
 # The scheduler reads, and the fields of their output the capacity answers read.
 LIMIT_TOOLS = {
     "sacctmgr_show": ("qos", "associations"), "sshare": ("shares",),
-    "kueue_cluster_queues": ("cluster_queues",), "ray_autoscaler_status": ("autoscaler",),
+    "sprio": ("priorities",), "kueue_cluster_queues": ("cluster_queues",), "ray_autoscaler_status": ("autoscaler",),
 }
 
 

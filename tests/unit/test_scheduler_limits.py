@@ -76,3 +76,15 @@ def test_no_autoscaler_and_no_queues_say_so():
     empty = Cluster.model_validate({"now": "2026-05-04T15:00:00Z"})
     assert "No autoscaler" in FixtureBackend(empty, "ray").run(REGISTRY.get("ray_autoscaler_status"), {}).text
     assert FixtureBackend(empty, "kubernetes").run(REGISTRY.get("kueue_cluster_queues"), {}).text == "No resources found"
+
+
+def test_sprio_lists_each_pending_jobs_factors_and_reads_back():
+    cluster = Cluster.model_validate({"now": "2026-05-04T15:00:00Z", "scheduler": {"priorities": [
+        {"job": 880990, "partition": "h100", "user": "ayoung", "priority": 1361, "age": 22, "fairshare": 39,
+         "jobsize": 300, "partition_factor": 1000}]}})
+    out = FixtureBackend(cluster, "slurm").run(REGISTRY.get("sprio"), {})
+    assert out.text.splitlines() == ["JOBID|PARTITION|USER|PRIORITY|AGE|FAIRSHARE|JOBSIZE|PARTITION|QOS",
+                                     "880990|h100|ayoung|1361|22|39|300|1000|0"]
+    assert limits.sprio_rows(out.text) == cluster.scheduler.priorities
+    with pytest.raises(ToolError, match="sprio printed a line"):
+        limits.sprio_rows(out.text.splitlines()[0] + "\n880990|h100|ayoung\n")

@@ -24,7 +24,8 @@ from crashcart.tools.catalog import (
     EventsOutput, GpuOutput, HistoryInput, JobInput, JobRow, JobsOutput, ListJobsInput, LogOutput,
     LogsInput, MetricsInput, NodeInput, NodeLogInput, NodeLogOutput, NodeRow, NodesOutput, NodeWriteInput,
     NotifyInput, ProgressOutput, QueueInput, RayJobOutput, ResubmitInput, SacctInput, SinfoInput,
-    AutoscalerOutput, ClusterQueuesOutput, NoInput, SacctmgrInput, SacctmgrOutput, SshareInput, SshareOutput,
+    AutoscalerOutput, ClusterQueuesOutput, NoInput, SacctmgrInput, SacctmgrOutput, SprioOutput, SshareInput,
+    SshareOutput,
 )
 from crashcart.tools.render import scheduler as render_scheduler
 from crashcart.tools.cluster import Cluster, Event, GpuSample, Job, Node, Taint
@@ -364,6 +365,12 @@ class FixtureBackend(Backend):
         rows = [r for r in self.cluster.scheduler.shares if not a.account or r.account == a.account]
         text, truncated = self._bounded(render_scheduler.sshare_lines(rows), pinned=1)
         return SshareOutput(text=text, truncated=truncated, shares=rows)
+
+    def _tool_sprio(self, a: QueueInput) -> SprioOutput:
+        rows = [r for r in self.cluster.scheduler.priorities
+                if (not a.partition or r.partition == a.partition) and (not a.user or r.user == a.user)]
+        text, truncated = self._bounded(render_scheduler.sprio_lines(rows), pinned=1)
+        return SprioOutput(text=text, truncated=truncated, priorities=rows)
 
     def _tool_kueue_cluster_queues(self, a: NoInput) -> ClusterQueuesOutput:
         queues = self.cluster.scheduler.cluster_queues

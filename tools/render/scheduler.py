@@ -6,11 +6,13 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from crashcart.tools.cluster import Association, Autoscaler, ClusterQueue, FairShareRow, Qos
+from crashcart.tools.cluster import Association, Autoscaler, ClusterQueue, FairShareRow, JobPriority, Qos
 from crashcart.tools.render._formats import table
 
 SACCTMGR_QOS_FIELDS = ("Name", "Priority", "GrpTRES", "MaxTRESPU", "MaxWall")
 SACCTMGR_ASSOC_FIELDS = ("Cluster", "Account", "User", "Partition", "Share", "GrpTRES", "QOS")
+SPRIO_FORMAT = "%i|%r|%u|%Y|%A|%F|%J|%P|%Q"
+SPRIO_FIELDS = ("JOBID", "PARTITION", "USER", "PRIORITY", "AGE", "FAIRSHARE", "JOBSIZE", "PARTITION", "QOS")
 SSHARE_FIELDS = ("Account", "User", "RawShares", "NormShares", "RawUsage", "EffectvUsage", "FairShare")
 
 
@@ -35,6 +37,14 @@ def sshare_lines(shares: list[FairShareRow]) -> list[str]:
         rows.append(f"{indent}{s.account}|{s.user or ''}|{s.raw_shares}|{s.norm_shares:.6f}|{s.raw_usage}|"
                     f"{s.effectv_usage:.6f}|{s.fairshare:.6f}")
     return rows
+
+
+def sprio_lines(rows: list[JobPriority]) -> list[str]:
+    """`sprio -o "%i|%r|%u|%Y|%A|%F|%J|%P|%Q"`: the header names the factors, one pending job a line."""
+    lines = ["|".join(SPRIO_FIELDS)]
+    lines += [f"{r.job}|{r.partition or ''}|{r.user or ''}|{r.priority}|{r.age}|{r.fairshare}|{r.jobsize}|"
+              f"{r.partition_factor}|{r.qos}" for r in rows]
+    return lines
 
 
 def cluster_queue_lines(queues: list[ClusterQueue]) -> list[str]:

@@ -32,7 +32,7 @@ from crashcart.tools.backends.slurm._submit import SubmitLine, parse_submit_line
 from crashcart.tools.catalog import (
     GpuOutput, HistoryInput, JobRow, JobsOutput, ListJobsInput, MetricsInput, NodeInput, NodeLogInput,
     NodeLogOutput, NodeRow, NodesOutput, QueueInput, SacctInput, SacctmgrInput, SacctmgrOutput, SinfoInput,
-    SshareInput, SshareOutput,
+    SprioOutput, SshareInput, SshareOutput,
 )
 from crashcart.tools.transport import Transport
 
@@ -433,6 +433,12 @@ class SlurmBackend(JobFiles, Backend):
         out = self.cli.out(argv)
         text, truncated = self._bounded(out.splitlines(), pinned=1)
         return SshareOutput(text=text, truncated=truncated, shares=limits.sshare_rows(out))
+
+    def _tool_sprio(self, a: QueueInput) -> SprioOutput:
+        argv = limits.SPRIO_ARGV + (["-p", a.partition] if a.partition else []) + (["-u", a.user] if a.user else [])
+        out = self.cli.out(argv)
+        text, truncated = self._bounded(out.splitlines(), pinned=1)
+        return SprioOutput(text=text, truncated=truncated, priorities=limits.sprio_rows(out))
 
     def running_job_on(self, node: str) -> str | None:
         """The job to run an srun step in, when node commands go through srun."""

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from crashcart.tools._spec import ToolError
-from crashcart.tools.cluster import Association, FairShareRow, Qos
-from crashcart.tools.render.scheduler import SACCTMGR_ASSOC_FIELDS, SACCTMGR_QOS_FIELDS, SSHARE_FIELDS
+from crashcart.tools.cluster import Association, FairShareRow, JobPriority, Qos
+from crashcart.tools.render.scheduler import (
+    SACCTMGR_ASSOC_FIELDS, SACCTMGR_QOS_FIELDS, SPRIO_FIELDS, SPRIO_FORMAT, SSHARE_FIELDS,
+)
 
 QOS_ARGV = ["sacctmgr", "-P", "show", "qos", "format=" + ",".join(SACCTMGR_QOS_FIELDS)]
 ASSOC_ARGV = ["sacctmgr", "-P", "show", "assoc", "format=" + ",".join(SACCTMGR_ASSOC_FIELDS)]
+SPRIO_ARGV = ["sprio", "-o", SPRIO_FORMAT]
 SSHARE_ARGV = ["sshare", "-a", "-P", "-o", ",".join(SSHARE_FIELDS)]
 
 
@@ -57,3 +60,22 @@ def sshare_rows(text: str) -> list[FairShareRow]:
             effectv_usage=_number("sshare", r["EffectvUsage"], float), fairshare=_number("sshare", r["FairShare"], float),
         ))
     return rows
+
+
+def sprio_rows(text: str) -> list[JobPriority]:
+    lines = [line for line in text.splitlines() if line.strip()]
+    if not lines:
+        return []
+    if lines[0].split("|") != list(SPRIO_FIELDS):
+        raise ToolError(f"sprio printed an unexpected header (expected {'|'.join(SPRIO_FIELDS)}): {lines[0][:300]!r}")
+    rows = []
+    for line in lines[1:]:
+        cells = [c.strip() for c in line.split("|")]
+        if len(cells) != len(SPRIO_FIELDS):
+            raise ToolError(f"sprio printed a line crashcart cannot read (expected {len(SPRIO_FIELDS)} "
+                            f"'|'-separated fields, got {len(cells)}): {line[:300]!r}")
+        n = [int(_number("sprio", c, int)) for c in cells[3:]]
+        rows.append(JobPriority(job=cells[0], partition=cells[1] or None, user=cells[2] or None, priority=n[0],
+                                age=n[1], fairshare=n[2], jobsize=n[3], partition_factor=n[4], qos=n[5]))
+    return rows
+
