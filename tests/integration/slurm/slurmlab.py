@@ -175,9 +175,8 @@ class SlurmLab:
                       lambda: all(self.accounted(j) for j in known if j not in keep), timeout)
 
     def quiet_node(self, minutes: int = 15) -> str:
-        """A node no job has failed on in the last `minutes` (a test's own cancels do not count),
-        and that runs
-        no background job. The agent reads a node's recent history: three jobs failed on one
+        """A node no job has failed on in the last `minutes` (a test's own cancels do not count)
+        and that runs no background job. The agent reads a node's recent history: three jobs failed on one
         node within ten minutes is a node crash with many victims (playbooks: node_crash), so a
         test about one job on one node needs a node whose history earlier tests left empty."""
         busy = {n for j in self.background.values() for n in _hostlist(self.job(j).get("NodeList", ""))}
