@@ -18,6 +18,14 @@ slurm:                            # tools/backends/slurm/_config.py: SlurmSettin
 guard: guard.yaml                 # a path (relative to this file) or the policy inline
 ```
 
+A Ray cluster (tools/backends/ray/_config.py: RaySettings):
+
+```yaml
+name: ray-prod
+backend: ray
+ray: {dashboard: "http://ray-head:8265", gcs: "ray-head:6379"}
+```
+
 Strict like every crashcart file: an unknown key is an error naming the file and the
 field. Secrets are never in the file: a passphrase or password is named by the
 environment variable or file that holds it and read only when a connection is made.
@@ -31,6 +39,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from crashcart.agent.guard import GuardPolicy, PolicyError, load_policy, policy_from_dict
+from crashcart.tools.backends.ray import RayBackend, RaySettings
 from crashcart.tools.backends.slurm import SlurmBackend, SlurmSettings
 from crashcart.tools.yamlio import DataFileError, FileError, describe_validation_error, read_yaml_file
 
@@ -43,14 +52,22 @@ class ClusterConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: str
-    backend: Literal["slurm"]
+    backend: Literal["slurm", "ray"]
     slurm: SlurmSettings = SlurmSettings()
+    ray: RaySettings = RaySettings()
     guard: str | dict[str, Any] | None = None
     """A guard policy: a path to a guard.yaml (relative to this file) or the same mapping
     inline. Absent: the built-in policy (dry_run)."""
 
-    def make_backend(self, transport=None) -> SlurmBackend:
-        return SlurmBackend(self.slurm, transport=transport)
+    def make_backend(self, transport=None):
+        return BACKENDS[self.backend](self, transport)
+
+
+# One entry a backend: how a cluster config makes it.
+BACKENDS = {
+    "slurm": lambda config, transport: SlurmBackend(config.slurm, transport=transport),
+    "ray": lambda config, transport: RayBackend(config.ray),
+}
 
 
 def parse_cluster_config(data: Any, source: str | Path = "<cluster config>") -> tuple[ClusterConfig, GuardPolicy]:
