@@ -137,7 +137,7 @@ def _session_pids(sid: int) -> list[int]:
     return pids
 
 
-def down(directory: str | Path, timeout: float = 8.0) -> None:
+def down(directory: str | Path, timeout: float = 3.0) -> None:
     """Stop the head started in `directory`: its `ray start --block` process first (it stops
     the daemons it started), then whatever is left in its session. Never `ray stop`."""
     root = Path(directory).resolve()

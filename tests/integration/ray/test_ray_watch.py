@@ -1,0 +1,69 @@
+"""crashcart watch on the real Ray head: a failure becomes one incident acted on once, a job
+its owner stopped is no incident, and the recorded incident exports to a scenario that
+`crashcart eval` passes."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from raylab import ALLOW_ALL, CLUSTER, RayLab
+from test_ray_agent import DYING_ACTOR
+
+from crashcart.agent.guard import policy_from_dict
+from crashcart.agent.policies import make_policy
+from crashcart.agent.runner import make_deps
+from crashcart.agent.store import IncidentStore
+from crashcart.agent.watch import Watcher, WatchSettings
+from crashcart.evals.export import scenario_from_incident
+from crashcart.evals.runner import run_scenario
+from crashcart.evals.scenario import parse_scenario
+from crashcart.tools.tape import Tape
+
+SLEEPER = """
+import time
+for i in range(600):
+    print(f"step {i} loss 2.5", flush=True)
+    time.sleep(1)
+"""
+
+
+def test_watch_opens_one_incident_ignores_a_stopped_job_and_the_incident_exports(ray_lab: RayLab, tmp_path):
+    backend = ray_lab.backend()
+    store = IncidentStore(str(tmp_path / "watch.duckdb"))
+    deps = make_deps(backend, make_policy("playbook"), policy_from_dict(ALLOW_ALL), store, cluster=CLUSTER)
+    watcher = Watcher(deps, cluster=CLUSTER, settings=WatchSettings(interval_s=0))
+    store.set_watch_cursor(CLUSTER, backend.now() - timedelta(seconds=5))
+
+    stopped = ray_lab.submit(ray_lab.script("sleeper.py", SLEEPER))
+    failed = ray_lab.submit(ray_lab.script("watched_actor.py", DYING_ACTOR))
+    ray_lab.wait(stopped, "RUNNING")
+    ray_lab.jobs.stop_job(stopped)  # its owner stopped it: a decision, not a failure
+    assert ray_lab.wait(stopped) == "STOPPED"
+    assert ray_lab.wait(failed) == "FAILED"
+    new = None
+    try:
+        touched = watcher.poll_once()
+        triggers = {store.get_incident(i).incident.trigger.get("job"): i for i in touched}
+        assert stopped not in triggers
+        assert failed in triggers
+        detail = store.get_incident(triggers[failed])
+        assert detail.incident.diagnosis["label"] == "ray_actor_died"
+        resubmits = [a for a in detail.actions if a.tool == "resubmit"]
+        assert len(resubmits) == 1 and resubmits[0].result["new_job"]
+        new = resubmits[0].result["new_job"]
+        assert ray_lab.jobs.get_job_info(new).metadata["crashcart_resubmit_of"] == failed
+
+        # The next poll sees nothing new: the failure is claimed and not acted on again.
+        again = [i for i in watcher.poll_once() if store.get_incident(i).incident.trigger.get("job") in (failed, stopped)]
+        assert again == []
+
+        last = {d.action_id: (d.tool, d.args, d.decision) for d in detail.decisions}
+        text = scenario_from_incident(triggers[failed], Tape.from_jsonl(store.load_tape(triggers[failed])),
+                                      detail.incident.diagnosis, list(last.values()))
+        exported = parse_scenario(text, "exported-live-ray.yaml")
+        assert exported.backend == "ray"
+        assert "ActorDiedError" in exported.cluster.job(failed).log
+        result = run_scenario(exported, "exported-live-ray.yaml")
+        assert result.passed, result.failures
+    finally:
+        ray_lab.stop(new)
