@@ -113,11 +113,15 @@ def up(directory: str | Path) -> RayHead:
 
 
 def _answers(head: RayHead) -> bool:
+    """The Jobs API answers and the head's raylet has registered (the dashboard is up first)."""
     import urllib.request
 
     try:
         with urllib.request.urlopen(f"{head.dashboard_url}/api/version", timeout=2) as r:
-            return r.status == 200
+            if r.status != 200:
+                return False
+        with urllib.request.urlopen(f"{head.dashboard_url}/api/v0/nodes?limit=10", timeout=5) as r:
+            return b'"ALIVE"' in r.read()
     except OSError:
         return False
 
@@ -145,7 +149,12 @@ def down(directory: str | Path, timeout: float = 3.0) -> None:
         info = json.loads((root / "head.json").read_text())
     except (OSError, ValueError):
         return
-    sid = info["pid"]  # start_new_session: the leader's pid is the session id
+    # start_new_session: the leader's pid is the session's id.
+    _stop_session(info["pid"], timeout)
+    subprocess.run(["rm", "-rf", info.get("temp_dir", "/nonexistent")], check=False)
+
+
+def _stop_session(sid: int, timeout: float) -> None:
     for sig, wait in ((signal.SIGTERM, timeout), (signal.SIGKILL, 5.0)):
         pids = _session_pids(sid)
         if not pids:
@@ -162,7 +171,6 @@ def down(directory: str | Path, timeout: float = 3.0) -> None:
         os.waitpid(sid, os.WNOHANG)
     except ChildProcessError:
         pass
-    subprocess.run(["rm", "-rf", info.get("temp_dir", "/nonexistent")], check=False)
 
 
 if __name__ == "__main__":

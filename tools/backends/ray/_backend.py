@@ -387,7 +387,7 @@ class RayBackend(Backend):
 def _unplanned(node: parse.NodeInfo) -> bool:
     """A node the autoscaler retired as idle, or that was drained, did not fail."""
     message = (node.message or "").lower()
-    return not any(w in message for w in ("idle", "drain", "autoscaler", "terminated by"))
+    return not any(w in message for w in ("idle", "drain", "autoscaler", "terminated by", "crashcart"))
 
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
