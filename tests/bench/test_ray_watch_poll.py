@@ -1,7 +1,8 @@
 """The cost of one Ray watch poll against 10,000 jobs the head remembers.
 
 The Jobs API returns every job in one list_jobs call, so a poll's cost is reading that list
-(and, when some demand fits no node, one state-API call for the waiting tasks). The source
+(and, when some demand fits no node, one state-API call for the waiting tasks) plus one driver
+log per job running longer than the stall time (600 of them here). The source
 here is shaped like Ray's clients (JobDetails dicts as `_client._plain` returns them, the
 autoscaler's ClusterStatus, state API rows); reported, not asserted beyond correctness.
 """
@@ -43,6 +44,11 @@ class FakeRay:
         self.waiting = [{"job_id": gpu_job["job_id"], "state": "PENDING_NODE_ASSIGNMENT",
                          "required_resources": {"CPU": 1.0, "GPU": 1.0}}]
         self.calls = 0
+
+    def logs(self, submission_id):
+        self.calls += 1
+        stamp = (NOW - timedelta(minutes=1)).strftime("%Y-%m-%dT%H:%M:%S")
+        return "".join(f"{stamp} step {i} loss 2.31\n" for i in range(200))
 
     def list_jobs(self):
         self.calls += 1
@@ -86,5 +92,8 @@ def test_one_ray_watch_poll_on_10k_jobs(benchmark):
     assert "job_pending" in kinds  # the GPU request no node can hold
     fake.calls = 0
     poll()
-    # list_jobs, list_nodes, the autoscaler's status, the waiting tasks: whatever the job count.
-    assert fake.calls == 4
+    # list_jobs, list_nodes, the autoscaler's status, the waiting tasks whatever the job count,
+    # and one driver log per job running longer than the stall time (the stall check).
+    running = sum(d["status"] == "RUNNING" for d in fake.details)
+    benchmark.extra_info["log_reads"] = fake.calls - 4
+    assert 4 < fake.calls <= 4 + running

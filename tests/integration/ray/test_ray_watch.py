@@ -67,3 +67,31 @@ def test_watch_opens_one_incident_ignores_a_stopped_job_and_the_incident_exports
         assert result.passed, result.failures
     finally:
         ray_lab.stop(new)
+
+
+SILENT = """
+import datetime, time
+print(f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%dT%H:%M:%S} step 10 loss 2.31", flush=True)
+time.sleep(600)  # a hang: the driver stays RUNNING and writes nothing more
+"""
+
+CHATTY = """
+import datetime, time
+for i in range(600):
+    print(f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%dT%H:%M:%S} step {i} loss 2.31", flush=True)
+    time.sleep(1)
+"""
+
+
+def test_a_running_job_whose_log_stopped_is_stalled_and_a_busy_one_is_not(ray_lab: RayLab):
+    silent = ray_lab.submit(ray_lab.script("silent.py", SILENT))
+    chatty = ray_lab.submit(ray_lab.script("chatty.py", CHATTY))
+    try:
+        ray_lab.wait(silent, "RUNNING")
+        ray_lab.wait(chatty, "RUNNING")
+        backend = ray_lab.backend()
+        stalled = ray_lab.wait_for("the silent job to count as stalled", lambda: {
+            r.job for r in backend.changes_since(backend.now(), stall_minutes=0.1).stalled} or None, timeout=40)
+        assert stalled == {silent}
+    finally:
+        ray_lab.stop(silent, chatty)

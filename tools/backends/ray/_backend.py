@@ -356,7 +356,8 @@ class RayBackend(Backend):
     def changes_since(self, since: datetime, stall_minutes: float) -> ClusterChanges:
         """One list_jobs for jobs that failed in the window, the autoscaler's status for demands
         no node can hold (then one state-API call to name their jobs), the node list for nodes
-        that died: a handful of calls per poll however many jobs the head remembers."""
+        that died: a handful of calls per poll however many jobs the head remembers, plus one
+        log read per job running longer than the stall time (the stall check)."""
         now = self.now()
         since = render.aware(since)
         details = self.client.list_jobs()
@@ -367,8 +368,26 @@ class RayBackend(Backend):
                     and end > since:
                 changes.failed.append(parse.job_row(d, names))
         changes.pending = self._unschedulable(details, names)
+        changes.stalled = self._stalled(details, names, now, timedelta(minutes=stall_minutes))
         changes.nodes_down = [n.row() for n in self.nodes() if n.state == "down" and _unplanned(n)]
         return changes
+
+    def _stalled(self, details: list[dict[str, Any]], names: dict[str, str], now: datetime,
+                 stall: timedelta) -> list[JobRow]:
+        """Running jobs whose driver log's newest timestamped line is older than `stall`: the
+        Jobs API records no progress, so the log is the heartbeat. One log read per running
+        job old enough to have stalled; a log with no timestamps proves nothing and is skipped."""
+        stamp_of = render.job_log_stamp(now)
+        stalled = []
+        for d in details:
+            started = parse.when(d.get("start_time"))
+            if str(d.get("status")).upper() != "RUNNING" or not parse.job_id(d) or not started or now - started < stall:
+                continue
+            lines = self.client.logs(parse.job_id(d)).splitlines()[-200:]
+            last = next((t for t in map(stamp_of, reversed(lines)) if t is not None), None)
+            if last is not None and now - last >= stall:
+                stalled.append(parse.job_row(d, names))
+        return stalled
 
     def _unschedulable(self, details: list[dict[str, Any]], names: dict[str, str]) -> list[JobRow]:
         infos = self.nodes()
