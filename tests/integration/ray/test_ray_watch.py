@@ -95,3 +95,25 @@ def test_a_running_job_whose_log_stopped_is_stalled_and_a_busy_one_is_not(ray_la
         assert stalled == {silent}
     finally:
         ray_lab.stop(silent, chatty)
+
+
+def test_crashcart_watch_with_a_ray_cluster_yaml_in_dry_run(ray_lab: RayLab, tmp_path):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    job = ray_lab.submit(ray_lab.script("cli_actor.py", DYING_ACTOR))
+    assert ray_lab.wait(job) == "FAILED"
+    config = tmp_path / "cluster.yaml"
+    config.write_text(f"name: ray-local\nbackend: ray\nray: {{dashboard: '{ray_lab.head.dashboard_url}', "
+                      f"gcs: '{ray_lab.head.gcs_address}'}}\nguard: {{mode: dry_run}}\n")
+    before = ray_lab.snapshot()
+    crashcart = str(Path(sys.executable).with_name("crashcart"))
+    done = subprocess.run([crashcart, "watch", "--cluster", str(config), "--polls", "1", "--lookback-minutes", "0.5",
+                           "--state-dir", str(tmp_path / "state")], capture_output=True, text=True, timeout=240,
+                          env={**os.environ, **ray_lab.head.client_env()})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "ray_actor_died" in done.stdout, done.stdout
+    # The guard's dry run with no write permitted: the incident goes to a person, nothing is submitted.
+    assert ray_lab.snapshot() == before
