@@ -95,3 +95,10 @@ def test_an_unknown_job_is_an_error_naming_it():
     backend = RayBackend(RaySettings(), client=FakeClient([FAILED]))
     with pytest.raises(ToolError, match="job 'raysubmit_nope' is not known .* raysubmit_Yx3W"):
         backend.run(REGISTRY.get("ray_job_status"), {"job": "raysubmit_nope"})
+
+
+def test_an_unreachable_head_is_an_error_naming_it_not_an_empty_answer():
+    pytest.importorskip("ray.job_submission")
+    backend = RayBackend(RaySettings(dashboard="http://127.0.0.1:9", gcs="127.0.0.1:9"))
+    with pytest.raises(ToolError, match=r"Ray Jobs API connect failed \(http://127.0.0.1:9"):
+        backend.run(REGISTRY.get("list_jobs"), {})

@@ -221,8 +221,9 @@ class RayBackend(Backend):
                 said = [f"(the driver log could not be read: {e})"]
             if said:
                 lines += ["", "Autoscaler messages in the driver log:", *[_no_ansi(l) for l in said[-5:]]]
-        text, truncated = self._bounded(lines)
-        return RayJobOutput(job=a.job, status=row.state, message=d.get("message"), text=text, truncated=truncated, row=row)
+        text, truncated = self._bounded([_no_ansi(l) for l in lines])
+        return RayJobOutput(job=a.job, status=row.state, message=_no_ansi(d.get("message") or "") or None,
+                            text=text, truncated=truncated, row=row)
 
     def _tool_get_logs(self, a: LogsInput) -> LogOutput:
         d = self.details(a.job)
