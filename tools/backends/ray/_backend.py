@@ -191,13 +191,15 @@ class RayBackend(Backend):
         return ["", "The memory monitor's kill reason (raylet.out):", *found] if found else []
 
     def pending_demands(self) -> list[str]:
-        """`ray status`'s Pending Demands, marking bundles no node can ever hold."""
+        """`ray status` as Ray prints it when something waits, then the bundles no node can ever hold."""
+        status = self.status()
+        bundles = parse.demand_bundles(status)
+        if not bundles:
+            return []
         infos = self.nodes()
-        out = []
-        for bundle in parse.demand_bundles(self.status()):
-            feasible = parse.fits_somewhere(bundle, infos)
-            out.append(f"  {bundle}: pending tasks/actors" + ("" if feasible else " (no node has these resources)"))
-        return out
+        never = [b for b in bundles if not parse.fits_somewhere(b, infos)]
+        return ["", "$ ray status", *self.client.status_text(status).splitlines(),
+                *([""] + [f"[crashcart: no node of this cluster has the resources of {b}]" for b in never] if never else [])]
 
     # --- read tools: jobs ------------------------------------------------------------------
 
@@ -211,9 +213,7 @@ class RayBackend(Backend):
             lines.append(f"Error type: {d['error_type']}")
         lines += self.job_internals(d)
         if row.state in parse.ACTIVE:
-            demands = self.pending_demands()
-            if demands:
-                lines += ["", "Pending Demands (ray status):", *demands]
+            lines += self.pending_demands()
             # The autoscaler's verdict on this job's requests is printed into its driver log.
             try:
                 said = [l for l in self.driver_log(a.job) if "(autoscaler" in l]
