@@ -162,6 +162,9 @@ def test_a_gpu_request_no_node_can_hold_is_escalated_and_the_job_left_alone(ray_
         assert "state=PENDING_NODE_ASSIGNMENT" in status and "Pending Demands:" in status  # `ray status`, as Ray prints it
         never = [l for l in status.splitlines() if "no node of this cluster has the resources of" in l]
         assert len(never) == 1 and "'GPU': 1.0" in never[0], status
+        scaler = backend.run(REGISTRY.get("ray_autoscaler_status"), {})
+        assert "Pending Demands:" in scaler.text
+        assert [(d.resources.get("GPU"), d.count) for d in scaler.autoscaler.demands] == [(1.0, 1)]
 
         state = run_agent(backend, {"kind": "job_pending", "job": job}, tmp_path / "s.duckdb")
 

@@ -32,8 +32,9 @@ from crashcart.tools.backends.slurm._submit import args_config
 from crashcart.tools.catalog import (
     ConfigOutput, DescribeInput, DescribeOutput, EventsInput, EventsOutput, GpuOutput, HistoryInput, JobInput,
     JobRow, JobsOutput, ListJobsInput, LogOutput, LogsInput, MetricsInput, NodeInput, NodeLogInput, NodeLogOutput,
-    NodesOutput, ProgressOutput, RayJobOutput, SinfoInput,
+    NodesOutput, NoInput, ProgressOutput, RayJobOutput, SinfoInput, AutoscalerOutput,
 )
+from crashcart.tools.cluster import Autoscaler, ResourceDemand
 
 LINEAGE_KEY = "crashcart_resubmit_of"
 """The metadata key a resubmitted job carries: the submission id it replaces."""
@@ -322,6 +323,16 @@ class RayBackend(Backend):
         infos = self._select_nodes(a)
         text, truncated = self._bounded(parse.nodes_lines(infos, self.now()), pinned=8)
         return NodesOutput(text=text, truncated=truncated, rows=[n.row() for n in infos])
+
+    def _tool_ray_autoscaler_status(self, a: NoInput) -> AutoscalerOutput:
+        status = self.status()
+        demands = [ResourceDemand(resources=bundle, count=count, kind=kind)
+                   for bundle, count, kind in parse.demands(status)]
+        lines = [*self.client.status_text(status).splitlines(), "",
+                 "[crashcart: each node type's max_workers lives in the autoscaler's own config, which "
+                 "Ray's cluster status does not carry; node types are not listed]"]
+        text, truncated = self._bounded(lines)
+        return AutoscalerOutput(text=text, truncated=truncated, autoscaler=Autoscaler(demands=demands))
 
     def _tool_nvidia_smi_query(self, a: NodeInput) -> GpuOutput:
         node = self.node(a.node)

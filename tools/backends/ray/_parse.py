@@ -207,8 +207,17 @@ def worker_lines(workers: list[dict[str, Any]]) -> list[str]:
 
 def demand_bundles(status: Any) -> list[dict[str, float]]:
     """Resource bundles tasks and actors wait for (`ray status`'s Pending Demands)."""
-    demands = getattr(getattr(status, "resource_demands", None), "ray_task_actor_demand", []) or []
-    return [dict(b.bundle) for d in demands for b in (d.bundles_by_count or [])]
+    return [bundle for bundle, _, kind in demands(status) if kind == "tasks/actors"]
+
+
+def demands(status: Any) -> list[tuple[dict[str, float], int, str]]:
+    """Every line of `ray status`'s Pending Demands: (bundle, count, tasks/actors | placement groups)."""
+    summary = getattr(status, "resource_demands", None)
+    out = []
+    for attr, kind in (("ray_task_actor_demand", "tasks/actors"), ("placement_group_demand", "placement groups")):
+        for d in getattr(summary, attr, None) or []:
+            out += [(dict(b.bundle), int(b.count), kind) for b in (getattr(d, "bundles_by_count", None) or [])]
+    return out
 
 
 def fits_somewhere(bundle: dict[str, float], infos: list[NodeInfo]) -> bool:
