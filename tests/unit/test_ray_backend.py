@@ -102,3 +102,13 @@ def test_an_unreachable_head_is_an_error_naming_it_not_an_empty_answer():
     backend = RayBackend(RaySettings(dashboard="http://127.0.0.1:9", gcs="127.0.0.1:9"))
     with pytest.raises(ToolError, match=r"Ray Jobs API connect failed \(http://127.0.0.1:9"):
         backend.run(REGISTRY.get("list_jobs"), {})
+
+
+def test_kubectl_tools_on_plain_ray_say_there_is_no_kubernetes_and_kuberay_parses():
+    backend = RayBackend(RaySettings(), client=FakeClient([FAILED]))
+    out = backend.run(REGISTRY.get("kubectl_events"), {"object": "raysubmit_Yx3W"})
+    assert out.events == [] and "not KubeRay" in out.text
+    config, _ = parse_cluster_config({"name": "kuberay", "backend": "ray", "ray": {
+        "dashboard": "http://raycluster-train-head-svc.ray:8265", "gcs": "raycluster-train-head-svc.ray:6379",
+        "kubernetes": {"connection": {"method": "in_cluster"}, "namespaces": ["ray"]}}})
+    assert config.ray.kubernetes.namespaces == ["ray"]

@@ -6,8 +6,8 @@
   new submission id carries the request's idempotency key, so a retry finds the job it
   already created; its metadata names the job it replaces and the incident.
 - cancel_job: stop_job. node_drain: the GCS DrainNode call `ray drain-node` makes, with a
-  reason naming crashcart and the incident. Under KubeRay the Kubernetes node would also
-  be cordoned: future work (the backend has no Kubernetes client yet).
+  reason naming crashcart and the incident; under KubeRay also a cordon of the Kubernetes
+  node that runs the Ray node's pod (its pods are left to Ray's drain, not evicted).
 - node_resume: Ray has no call that returns a drained node to service; said so, not faked.
 - escalate / notify: recorded and returned, as on Slurm.
 """
@@ -64,9 +64,29 @@ class Actions:
             raise ToolError(f"Ray refused to drain node {node.name} ({node.node_id}): {why or 'no reason given'}")
         self.b.forget()
         after = self.b.node(node.node_id)
-        return ActionOutput(ok=True, message=(
-            f"ray drain-node --node-id {node.node_id} --reason DRAIN_NODE_REASON_PREEMPTION "
-            f"--reason-message \"{reason}\": accepted; node {node.name} is now {after.ray_state}"))
+        message = (f"ray drain-node --node-id {node.node_id} --reason DRAIN_NODE_REASON_PREEMPTION "
+                   f"--reason-message \"{reason}\": accepted; node {node.name} is now {after.ray_state}")
+        if self.b.kube is not None:
+            message += "\n" + self._cordon(node, a.reason)
+        return ActionOutput(ok=True, message=message)
+
+    def _cordon(self, node: parse.NodeInfo, reason: str) -> str:
+        """Cordon the Kubernetes node under a KubeRay pod (found by its pod IP), so that KubeRay
+        does not place the replacement pod on the same machine."""
+        from crashcart.tools.backends.kubernetes._actions import stamp_annotations
+        from crashcart.tools.backends.kubernetes._client import NODE, POD
+
+        api = self.b.kube.api
+        pods = [p for p in api.list(POD, None, labels="ray.io/is-ray-node=yes")[0]
+                if (p.get("status") or {}).get("podIP") == node.ip]
+        host = next(((p.get("spec") or {}).get("nodeName") for p in pods if (p.get("spec") or {}).get("nodeName")), None)
+        if host is None:
+            return (f"no KubeRay pod has IP {node.ip} (label ray.io/is-ray-node=yes), so no Kubernetes node was "
+                    "cordoned")
+        api.patch(NODE, None, host, {"spec": {"unschedulable": True},
+                                     "metadata": {"annotations": stamp_annotations(reason)}})
+        pod = pods[0]["metadata"]
+        return f"node/{host} cordoned (it runs pod {pod.get('namespace')}/{pod.get('name')}, Ray node {node.name})"
 
     def node_resume(self, a: NodeWriteInput) -> ActionOutput:
         node = self.b.node(a.node)

@@ -8,7 +8,8 @@ DRAINING nodes). Every tool returns the same typed output as the fixture backend
 agent cannot tell them apart. Writes and the guard's facts live in `_actions.py`.
 
 A job's id is its submission id (`raysubmit_...` or the one it was submitted with).
-Kubernetes tools answer that they are unavailable: KubeRay's objects are future work.
+Under KubeRay (a `kubernetes:` section in the ray settings) the kubectl_* tools answer
+from the Kubernetes backend; otherwise they say there is no Kubernetes API to ask.
 """
 
 from __future__ import annotations
@@ -41,8 +42,8 @@ LINEAGE_KEY = "crashcart_resubmit_of"
 CACHE_SECONDS = 2.0
 SUBMIT_KEYS = ("entrypoint_num_cpus", "entrypoint_num_gpus", "entrypoint_memory")
 """Config keys the Jobs API itself owns (plus entrypoint_resources.*): submit options, not arguments."""
-NO_KUBERNETES = ("this Ray cluster is not configured as KubeRay in cluster.yaml, so there is no "
-                 "Kubernetes API to ask; use ray_job_status and ray_list_nodes")
+NO_KUBERNETES = ("this Ray cluster has no `ray.kubernetes` section in cluster.yaml (it is not KubeRay), "
+                 "so there is no Kubernetes API to ask; use ray_job_status and ray_list_nodes")
 
 
 def _known(names: list[str], limit: int = 8) -> str:
@@ -62,6 +63,18 @@ class RayBackend(Backend):
         self.escalations: list[dict[str, Any]] = []
         self.notifications: list[dict[str, Any]] = []
         self._cache: dict[str, tuple[float, Any]] = {}
+        self._kube = None
+
+    @property
+    def kube(self):
+        """The Kubernetes backend of the cluster KubeRay runs in, or None (plain Ray)."""
+        if self.settings.kubernetes is None:
+            return None
+        if self._kube is None:
+            from crashcart.tools.backends.kubernetes import KubernetesBackend  # its client loads on first use
+
+            self._kube = KubernetesBackend(self.settings.kubernetes)
+        return self._kube
 
     def forget(self) -> None:
         self._cache.clear()
@@ -352,15 +365,26 @@ class RayBackend(Backend):
             f"The kernel log of Ray node {node.name} is not readable through Ray's APIs; "
             "the memory monitor's kills are in ray_job_status (raylet.out)"))
 
-    # --- Kubernetes tools (KubeRay: future work) ------------------------------------------------------
+    # --- Kubernetes tools: the KubeRay cluster's API, when there is one -------------------------------
+
+    def _kubectl(self, name: str, a: ToolInput):
+        from crashcart.tools._spec import REGISTRY
+
+        return self.kube.run(REGISTRY.get(name), a)
 
     def _tool_kubectl_get_nodes(self, a: SinfoInput) -> NodesOutput:
+        if self.kube:
+            return self._kubectl("kubectl_get_nodes", a)
         return NodesOutput(text=f"kubectl get nodes: {NO_KUBERNETES}", rows=[])
 
     def _tool_kubectl_describe(self, a: DescribeInput) -> DescribeOutput:
+        if self.kube:
+            return self._kubectl("kubectl_describe", a)
         return DescribeOutput(kind=a.kind, name=a.name, text=f"kubectl describe {a.kind} {a.name}: {NO_KUBERNETES}")
 
     def _tool_kubectl_events(self, a: EventsInput) -> EventsOutput:
+        if self.kube:
+            return self._kubectl("kubectl_events", a)
         return EventsOutput(text=f"kubectl get events: {NO_KUBERNETES}", events=[])
 
     # --- watching ----------------------------------------------------------------------------------

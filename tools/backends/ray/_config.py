@@ -10,6 +10,7 @@ import os
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from crashcart.tools.backends.kubernetes._config import KubernetesSettings
 from crashcart.tools.backends.slurm._config import Progress
 
 # Without this Ray rewrites 127.0.0.1 to the machine's external address and a client on
@@ -38,6 +39,10 @@ class RaySettings(_Strict):
     """node_drain: how long running work may finish before the node is killed (0: no deadline)."""
     progress: Progress = Progress()
     """How training_progress reads a job's driver log (the same regexes as on Slurm)."""
+    kubernetes: KubernetesSettings | None = None
+    """Under KubeRay: the Kubernetes cluster the Ray pods run in. The kubectl_* tools (RayJob,
+    RayCluster, pods, events, nodes) then answer from it, and node_drain also cordons the
+    Kubernetes node under the drained Ray node's pod."""
 
     @field_validator("dashboard")
     @classmethod
