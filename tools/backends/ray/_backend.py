@@ -177,7 +177,7 @@ class RayBackend(Backend):
             lines += ["", f"Failed tasks (ray list tasks --filter job_id={ray_job} --filter state=FAILED):",
                       *parse.task_lines(failed)]
         if waiting:
-            lines += ["", f"Tasks waiting for a node (state=PENDING_NODE_ASSIGNMENT):", *parse.task_lines(waiting)]
+            lines += ["", "Tasks waiting for a node (state=PENDING_NODE_ASSIGNMENT):", *parse.task_lines(waiting)]
         actors = [a for a in self.client.state("actors", [("job_id", "=", ray_job)]) if a.get("state") == "DEAD"]
         if actors:
             lines += ["", f"Dead actors (ray list actors --filter job_id={ray_job} --filter state=DEAD):",
