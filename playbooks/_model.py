@@ -192,6 +192,9 @@ class Change(Strict):
     """A value computed from what the tools returned; when it cannot be, nothing is guessed."""
     margin: float | None = None
     """compute: above_peak: how far above the peak (1.25 = 25 % headroom)."""
+    along_with: str | None = None
+    """Made only together with this other change of the remedy (more gradient accumulation only
+    keeps the global batch when the per-GPU batch came down; alone it is no fix)."""
     previous_checkpoint: bool = False
     """The path of the checkpoint before the latest one (the latest is suspect)."""
     capture: str | None = None
@@ -257,6 +260,8 @@ class Label(Strict):
         # or it silently falls back to its arithmetic forever.
         groups = {g for s in self.signals if s.pattern for g in re.compile(s.pattern).groupindex}
         for key, change in self.remedy.changes.items():
+            if change.along_with and change.along_with not in self.remedy.changes:
+                raise ValueError(f"remedy change {key!r} goes along with {change.along_with!r}, which the remedy does not change")
             if change.capture and change.capture not in groups:
                 raise ValueError(f"remedy change {key!r} captures {change.capture!r}, "
                                  f"which no signal pattern names (groups: {sorted(groups) or 'none'})")

@@ -38,6 +38,7 @@ def compute_changes(remedy: Remedy, ev: Evidence, job: str,
     table = load_key_table()
     changes: dict[str, Any] = {}
     notes: list[str] = []
+    changed_by: dict[str, list[str]] = {}
     for name, rule in remedy.changes.items():
         setting = table.settings.get(name)
         if setting is None:
@@ -63,6 +64,11 @@ def compute_changes(remedy: Remedy, ev: Evidence, job: str,
                 notes.append(f"cannot compute {key.key} (current value {current!r})")
             elif not _same(value, current):
                 changes[key.key] = value
+                changed_by.setdefault(name, []).append(key.key)
+    for name, rule in remedy.changes.items():
+        if rule.along_with and rule.along_with not in changed_by:
+            for key in changed_by.get(name, []):
+                changes.pop(key, None)
     return changes, notes
 
 
