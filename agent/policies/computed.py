@@ -140,6 +140,22 @@ def partition_max_time(ev: Evidence, job: str, captures: dict[str, str], margin:
     return parse_duration(limit, "slurm_time") if limit and str(limit).upper() != "UNLIMITED" else None
 
 
+def cpus_left_for_gpu_actors(ev: Evidence, job: str, captures: dict[str, str], margin: float | None) -> Any:
+    """The CPU stages' concurrency that leaves every GPU its actor's CPUs: the cluster's CPUs (Ray
+    Data's accounting line) less one actor per GPU times the CPUs each asks for (the autoscaler's
+    pending bundle). None when the accounting is missing or the stage is already below that."""
+    try:
+        total, gpus = float(captures["cpus_total"]), float(captures["gpus_total"])
+        each = float(captures.get("cpu_each") or 1)
+    except (KeyError, ValueError):
+        return None
+    left = int(total - gpus * each)
+    config = ev.configs.get(job, {})
+    current = next((v for k in load_key_table().settings["ray_data_cpu_stage_concurrency"].keys
+                    if isinstance(v := _config_value(config, k.key), (int, float)) and not isinstance(v, bool)), None)
+    return left if left >= 1 and (current is None or left < current) else None
+
+
 COMPUTE: dict[str, Callable[[Evidence, str, dict[str, str], float | None], Any]] = {
     "gpus_per_node": gpus_per_node,
     "above_peak": above_peak,
@@ -147,4 +163,5 @@ COMPUTE: dict[str, Callable[[Evidence, str, dict[str, str], float | None], Any]]
     "newest_complete_checkpoint": newest_complete_checkpoint,
     "selector_as_idle_nodes_carry": selector_as_idle_nodes_carry,
     "partition_max_time": partition_max_time,
+    "cpus_left_for_gpu_actors": cpus_left_for_gpu_actors,
 }

@@ -178,3 +178,12 @@ def test_the_whole_checkpoints_step_is_put_in_the_jobs_own_resume_path():
     assert newest_complete_checkpoint(ev, "j1", {}, None) == "/out/run7/checkpoint-5500"
     padded = _ev("Saved checkpoint to /ckpt/gpt/iter_0003500/model_optim_rng.pt", {"load": "/ckpt/gpt/iter_0004000"})
     assert newest_complete_checkpoint(padded, "j1", {}, None) == "/ckpt/gpt/iter_0003500"
+
+
+def test_ray_data_cpu_stage_is_capped_at_the_cpus_the_gpu_actors_leave():
+    from crashcart.agent.policies.computed import cpus_left_for_gpu_actors
+
+    caps = {"cpus_total": "64", "gpus_total": "8", "cpu_each": "1.0"}
+    assert cpus_left_for_gpu_actors(_ev(config={"preprocess_concurrency": 64}), "j1", caps, None) == 56
+    assert cpus_left_for_gpu_actors(_ev(config={"preprocess_concurrency": 32}), "j1", caps, None) is None
+    assert cpus_left_for_gpu_actors(_ev(config={"preprocess_concurrency": 64}), "j1", {"cpus_total": "64"}, None) is None
