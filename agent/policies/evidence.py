@@ -196,7 +196,9 @@ def build_evidence(observations: list[dict[str, Any]], trigger: dict[str, Any], 
         label = f"{tool}:{args.get('job') or args.get('node') or args.get('name') or args.get('object') or 'cluster'}"
         if tool == "get_logs":
             lines = obs["text"].splitlines()
-            ev.docs.append(TextDoc("log", f"job:{args['job']}", lines, label, _last_stamp(lines, now)))
+            # An earlier attempt's log says nothing about whether the job is quiet now.
+            stamp = None if args.get("attempt") else _last_stamp(lines, now)
+            ev.docs.append(TextDoc("log", f"job:{args['job']}", lines, label, stamp))
         elif tool == "kernel_log":
             ev.docs.append(TextDoc("kernel_log", f"node:{args['node']}", obs["text"].splitlines(), label))
         elif tool == "kubectl_describe":
