@@ -187,3 +187,38 @@ def test_ray_data_cpu_stage_is_capped_at_the_cpus_the_gpu_actors_leave():
     assert cpus_left_for_gpu_actors(_ev(config={"preprocess_concurrency": 64}), "j1", caps, None) == 56
     assert cpus_left_for_gpu_actors(_ev(config={"preprocess_concurrency": 32}), "j1", caps, None) is None
     assert cpus_left_for_gpu_actors(_ev(config={"preprocess_concurrency": 64}), "j1", {"cpus_total": "64"}, None) is None
+
+
+# --- an eviction's own numbers decide whose fault it was ----------------------------------------
+
+def _evicted(using: str, request: str) -> Evidence:
+    ev = _ev(config={"resources": {"requests": {"memory": request}}}, state="Evicted", nodes=["n1"])
+    ev.docs = [TextDoc("events", "job:j1", [
+        f"Warning Evicted: The node was low on resource: memory. Threshold quantity: 100Mi, available: 81244Ki. "
+        f"Container trainer was using {using}, request is {request}, has larger consumption of memory."], "kubectl_events:j1")]
+    return ev
+
+
+def test_an_eviction_over_the_request_is_the_jobs_and_the_new_request_goes_above_its_use():
+    kb = load_playbooks()
+    ev = _evicted("44821336Ki", "24Gi")  # 42.7 GiB used against 24 requested
+    match = match_label(kb["evicted_memory_pressure"], ev)
+    assert match is not None and match_label(kb["evicted_memory_pressure_within_request"], ev) is None
+    changes, _ = compute_changes(kb["evicted_memory_pressure"].label.remedy, ev, "j1", captured_values(match))
+    assert changes == {"resources.requests.memory": "54Gi"}  # 42.7 x 1.25 = 53.4, rounded up
+
+
+def test_an_eviction_within_the_request_is_the_nodes():
+    kb = load_playbooks()
+    ev = _evicted("74763264Ki", "96Gi")  # 71.3 GiB used against 96 requested
+    assert match_label(kb["evicted_memory_pressure"], ev) is None
+    assert match_label(kb["evicted_memory_pressure_within_request"], ev) is not None
+
+
+def test_arithmetic_must_name_groups_its_pattern_has():
+    from pydantic import ValidationError
+    from crashcart.playbooks import Signal
+
+    with pytest.raises(ValidationError, match="covers needs"):
+        Signal.model_validate({"where": "log", "pattern": "(?P<free>\\d+) free",
+                               "covers": {"add": ["free"], "at_least": "request"}})
