@@ -177,6 +177,7 @@ ComputedValue = Literal[
     "selector_as_idle_nodes_carry",  # a node selector's misspelt value, as idle GPU nodes carry it
     "partition_max_time",  # the MaxTime of the partition a job pends in for asking more (PartitionTimeLimit)
     "cpus_left_for_gpu_actors",  # Ray's CPU total less what the waiting GPU actors need
+    "path_on_roomiest_disk",  # a spill/scratch path moved to the node's large empty local disk (df)
 ]
 
 

@@ -77,6 +77,8 @@ class Evidence:
     history_rows: list[dict[str, Any]] = field(default_factory=list)
     partitions: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Slurm partitions' configured limits (partition_info), by name."""
+    disks: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    """Each node's filesystems (disk_usage: df), by node."""
 
     # --- what the incident is about --------------------------------------
 
@@ -235,6 +237,8 @@ def build_evidence(observations: list[dict[str, Any]], trigger: dict[str, Any], 
             )
         elif tool == "job_config":
             ev.configs[args["job"]] = data.get("config") or {}
+        elif tool == "disk_usage":
+            ev.disks[args["node"]] = data.get("mounts") or []
         elif tool == "partition_info":
             ev.partitions[data.get("partition") or args["partition"]] = data
         if "rows" in data and tool in {"sacct", "squeue", "list_jobs", "job_history"}:

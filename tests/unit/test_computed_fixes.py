@@ -222,3 +222,34 @@ def test_arithmetic_must_name_groups_its_pattern_has():
     with pytest.raises(ValidationError, match="covers needs"):
         Signal.model_validate({"where": "log", "pattern": "(?P<free>\\d+) free",
                                "covers": {"add": ["free"], "at_least": "request"}})
+
+
+# --- a spill path moved to the large empty disk the node's df shows ------------------------------
+
+DF = """Filesystem      Size  Used Avail Use% Mounted on
+/dev/root       194G  186G  8.1G  96% /
+tmpfs           252G     0  252G   0% /dev/shm
+/dev/nvme1n1    3.5T   41G  3.3T   2% /mnt/local_nvme
+10.20.0.5:/datasets  500T  312T  189T  63% /mnt/datasets
+"""
+
+
+def test_df_rows_are_read_as_printed():
+    from crashcart.tools.diskfree import parse_df
+
+    mounts = parse_df(DF)
+    assert [m.mounted_on for m in mounts] == ["/", "/dev/shm", "/mnt/local_nvme", "/mnt/datasets"]
+    assert mounts[2].avail_bytes == pytest.approx(3.3 * 2**40) and mounts[0].use_pct == 96
+
+
+def test_the_spill_path_moves_to_the_roomiest_local_disk_and_never_to_ram_or_the_network():
+    from crashcart.agent.policies.computed import path_on_roomiest_disk
+    from crashcart.tools.diskfree import parse_df
+
+    ev = _ev(config={"object_spilling_directory": "/tmp/ray/spill"}, nodes=["n1"])
+    ev.disks = {"n1": [m.model_dump() for m in parse_df(DF)]}
+    assert path_on_roomiest_disk(ev, "j1", {}, None) == "/mnt/local_nvme/tmp/ray/spill"
+    ev.disks = {}  # df not seen: no guess
+    assert path_on_roomiest_disk(ev, "j1", {}, None) is None
+    ev.disks = {"n1": [m.model_dump() for m in parse_df(DF) if m.mounted_on != "/mnt/local_nvme"]}
+    assert path_on_roomiest_disk(ev, "j1", {}, None) is None  # only RAM and NFS have room
