@@ -64,7 +64,7 @@ def newest_complete_checkpoint(ev: Evidence, job: str, captures: dict[str, str],
     ordered = sorted(checkpoints, key=lambda c: c.step)
     if len(ordered) >= 2 and ordered[-2].path:
         return ordered[-2].path
-    logs = [d for d in ev.docs if d.source == "log" and d.entity == f"job:{job}"]
+    logs = [d for d in ev.docs if d.source in {"log", "attempt_log"} and d.entity == f"job:{job}"]
     broken = {m.group("path").rstrip(".:") for d in logs for line in d.lines if _BROKEN.search(line)
               for m in re.finditer(r"(?P<path>/[^\s'\",]+)", line)}
     saved = [m.group("path").rstrip(".:") for d in logs for line in d.lines if not _BROKEN.search(line)

@@ -165,6 +165,8 @@ READ_ARGS = {
     "job_config": lambda k: {"job": A_JOB[k]},
     "partition_info": lambda k: {"partition": "h100"},
     "disk_usage": lambda k: {"node": A_NODE[k]},
+
+    "sacctmgr_show": lambda k: {"entity": "qos"},
 }
 WRITE_ARGS = {
     "node_drain": lambda k: {"node": A_NODE[k], "reason": "test"},

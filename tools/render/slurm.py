@@ -40,8 +40,15 @@ def compress_hostlist(names: Iterable[str]) -> str:
     return ",".join(sorted(parts))
 
 
+MAX_HOSTLIST = 100_000
+"""More names than any cluster has: a hostlist that expands past it is not one."""
+_RANGE = re.compile(r"(\d+)(?:-(\d+))?")
+
+
 def expand_hostlist(text: str) -> list[str]:
-    """The inverse of compress_hostlist: gpu-b[05-06],gpu-a1 -> gpu-b05, gpu-b06, gpu-a1."""
+    """The inverse of compress_hostlist: gpu-b[05-06],gpu-a1 -> gpu-b05, gpu-b06, gpu-a1.
+
+    A bracket that is not a list of numbers and ascending ranges is a ValueError naming it."""
     names: list[str] = []
     for piece in re.findall(r"[^,\[]*(?:\[[^\]]*\][^,\[]*)*", text):
         if not piece:
@@ -52,8 +59,13 @@ def expand_hostlist(text: str) -> list[str]:
             continue
         prefix, body, suffix = m.groups()
         for part in body.split(","):
-            lo, _, hi = part.partition("-")
-            for i in range(int(lo), int(hi or lo) + 1):
+            r = _RANGE.fullmatch(part.strip())
+            if not r or (r[2] and int(r[2]) < int(r[1])):
+                raise ValueError(f"hostlist {text[:200]!r}: {part!r} is not a number or an ascending range")
+            lo, hi = r[1], r[2] or r[1]
+            if len(names) + int(hi) - int(lo) >= MAX_HOSTLIST:
+                raise ValueError(f"hostlist {text[:200]!r} names more than {MAX_HOSTLIST} nodes")
+            for i in range(int(lo), int(hi) + 1):
                 names.append(f"{prefix}{i:0{len(lo)}d}{suffix}")
     return names
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from crashcart.tools import REGISTRY, ToolCall
-from slurmlab import SlurmLab, actions, new_job, run_agent
+from slurmlab import SlurmLab, actions, explain, new_job, run_agent
 
 CUDA_OOM = """#!/bin/bash
 # Fine-tuning that runs out of GPU memory above batch 4.
@@ -80,7 +80,7 @@ def test_out_of_memory_gets_twice_the_memory(lab: SlurmLab, tmp_path):
     state = run_agent(lab.backend(), {"kind": "job_failed", "job": old}, tmp_path / "s.duckdb")
 
     assert state["diagnosis"]["family"] == "memory", state["diagnosis"]
-    assert state["diagnosis"]["changes"] == {"mem_gb": 0.195}  # --mem=100M (0.0977 GiB), doubled
+    assert state["diagnosis"]["changes"] == {"mem_gb": 0.195}, explain(state)  # --mem=100M (0.0977 GiB), doubled
     new = new_job(state)
     assert lab.job(new)["MinMemoryNode"] == "200M"
     assert lab.wait_state(new, "COMPLETED") == "COMPLETED"

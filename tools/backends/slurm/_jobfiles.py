@@ -97,6 +97,14 @@ class JobFiles:
 
     def _tool_job_config(self, a: JobInput) -> ConfigOutput:
         info = self.job(a.job)
+        if info.live and not info.submit_line:
+            # A job that just ended: accounting writes its submit line (the memory and options it
+            # asked for) a second or more after slurmctld knows it. Wait as a resubmit does, or a
+            # fast `watch` would propose a fix without them.
+            try:
+                info = self.actions._with_submit_line(info)
+            except ToolError:
+                pass
         config = self.job_config(info)
         dumped = yaml.safe_dump(config, sort_keys=False, default_flow_style=False) if config else ""
         lines = [f"# job {info.row.job} ({info.row.name or '-'}) as submitted: {info.submit_line or '(submit line not recorded)'}"]
