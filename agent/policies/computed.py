@@ -131,10 +131,15 @@ def selector_as_idle_nodes_carry(ev: Evidence, job: str, captures: dict[str, str
 
 
 def partition_max_time(ev: Evidence, job: str, captures: dict[str, str], margin: float | None) -> Any:
-    """The partition's MaxTime, for a job that pends because it asked for more (PartitionTimeLimit):
-    a job that checkpoints resumes across runs of the longest time the partition allows."""
+    """The partition's MaxTime, for a job that pends because it asked for more (PartitionTimeLimit)
+    and that checkpoints, so it resumes across runs of the longest time the partition allows."""
     facts = ev.jobs.get(job)
     if not facts or not facts.partition or "timelimit" not in (facts.reason or "").lower().replace("_", ""):
+        return None
+    # Only a job that checkpoints gets shorter runs: anything else would lose its work at MaxTime.
+    config = ev.configs.get(job, {})
+    if not any(_config_value(config, k.key) not in (None, False, 0, "", "no", "false")
+               for k in load_key_table().settings["checkpointing"].keys):
         return None
     limit = (ev.partitions.get(facts.partition) or {}).get("max_time")
     return parse_duration(limit, "slurm_time") if limit and str(limit).upper() != "UNLIMITED" else None

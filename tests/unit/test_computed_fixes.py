@@ -161,9 +161,11 @@ def test_another_pool_or_product_is_the_owners_choice_not_a_typo():
 def test_the_time_limit_comes_from_the_partitions_maxtime_only_when_that_is_what_binds(reason, max_time, expected):
     from crashcart.agent.policies.computed import partition_max_time
 
-    ev = _ev(partition="a100", reason=reason, state="PENDING")
+    ev = _ev(config={"save_steps": 500}, partition="a100", reason=reason, state="PENDING")
     ev.partitions = {"a100": {"partition": "a100", "max_time": max_time}}
     assert partition_max_time(ev, "j1", {}, None) == expected
+    ev.configs = {"j1": {}}  # a job that never checkpoints would lose its work at MaxTime
+    assert partition_max_time(ev, "j1", {}, None) is None
 
 
 def test_the_whole_checkpoints_step_is_put_in_the_jobs_own_resume_path():
