@@ -255,3 +255,14 @@ def test_the_spill_path_moves_to_the_roomiest_local_disk_and_never_to_ram_or_the
     assert path_on_roomiest_disk(ev, "j1", {}, None) is None
     ev.disks = {"n1": [m.model_dump() for m in parse_df(DF) if m.mounted_on != "/mnt/local_nvme"]}
     assert path_on_roomiest_disk(ev, "j1", {}, None) is None  # only RAM and NFS have room
+
+
+@pytest.mark.parametrize("model, expected", [
+    ("NVIDIA H100 80GB HBM3", {"mixed_precision": "bf16"}),
+    ("Tesla V100-SXM2-32GB", {}),  # no bf16 there: nothing to change, the owner lowers the LR instead
+])
+def test_an_fp16_overflow_moves_to_bf16_only_on_gpus_that_have_it(model, expected):
+    ev = _ev(config={"mixed_precision": "fp16"}, nodes=["n1"], gpus=8)
+    ev.nodes = {"n1": {"node": "n1", "gpu_model": model}}
+    remedy = load_playbooks()["fp16_loss_scale_floor"].label.remedy
+    assert compute_changes(remedy, ev, "j1", {})[0] == expected
