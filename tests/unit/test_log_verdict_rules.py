@@ -1,0 +1,139 @@
+"""Rules grown for real logs, each checked on a second line of the same error form.
+
+The lines here are worded the way the tools print them but with other numbers, names, paths and
+surroundings than the excerpts in evals/logs/, so a rule that memorised one excerpt fails here.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from crashcart.agent.verdict import diagnose_text
+
+CASES = {
+    "sbatch refuses a node configuration": (
+        "$ sbatch --gres=gpu:a100:8 -N 4 train.sh\n"
+        "sbatch: error: Batch job submission failed: Requested node configuration is not available\n",
+        "scheduling", "submission_rejected", "resubmit_with_changes",
+    ),
+    "srun refuses under the QOS": (
+        "srun: error: QOSMinCpuNotSatisfied\n"
+        "srun: error: Unable to allocate resources: Job violates accounting/QOS policy (job submit limit, user's size and/or time limits)\n",
+        "scheduling", "submission_rejected", "resubmit_with_changes",
+    ),
+    "salloc at the per-user job cap": (
+        "[alice@login03 ~]$ salloc -p a100 --gres=gpu:2\n"
+        "salloc: error: AssocMaxJobsPerUserLimit\n",
+        "scheduling", "pending_qos_user_limit", "wait",
+    ),
+    "a launcher caught the preemption signal": (
+        "2024-03-01 10:00:01 | INFO | step 1200 loss 2.31\n"
+        "[launcher] WARNING: received SIGTERM on gpu-a17: this job was preempted\n"
+        "slurmstepd: error: *** JOB 88123 ON gpu-a17 CANCELLED AT 2024-03-01T10:00:02 DUE TO JOB REQUEUE ***\n",
+        "scheduling", "job_preempted", "resubmit",
+    ),
+    "pod refused by the namespace quota": (
+        "Warning  FailedCreate  12s  job-controller  Error creating: pods \"trainer-worker-3\" is forbidden: "
+        "exceeded quota: team-gpu-quota, requested: requests.nvidia.com/gpu=8, used: requests.nvidia.com/gpu=24, "
+        "limited: requests.nvidia.com/gpu=32\n",
+        "scheduling", "namespace_quota_exceeded", "resubmit_with_changes",
+    ),
+    "kubelet cannot hand out the GPU": (
+        "  Warning  UnexpectedAdmissionError  3m  kubelet  Allocate failed due to rpc error: code = Unknown "
+        "desc = no healthy devices, which is unexpected\n"
+        "Status: Failed\nReason: UnexpectedAdmissionError\n",
+        "scheduling", "device_allocation_failed", "escalate_infra",
+    ),
+    "image repository missing from the registry": (
+        "  Warning  Failed  41s  kubelet  Failed to pull image \"123456789012.dkr.ecr.eu-west-1.amazonaws.com/busybox:1.36\": "
+        "rpc error: code = NotFound desc = failed to pull and unpack image: name unknown: "
+        "The repository with name 'busybox' does not exist in the registry\n",
+        "scheduling", "image_pull_bad_tag", "escalate_user",
+    ),
+    "the kernel killed a container process in its cgroup": (
+        "[884211.120334] Memory cgroup out of memory: Killed process 77120 (python3) total-vm:41236000kB, "
+        "anon-rss:31998212kB, file-rss:10240kB, shmem-rss:0kB, UID:0 pgtables:63112kB oom_score_adj:1000\n",
+        "memory", "host_oom", "resubmit_with_changes",
+    ),
+    "slurm step over its memory limit": (
+        "slurmstepd: error: Job 4410023 exceeded memory limit (131182220 > 125829120), being killed\n"
+        "slurmstepd: error: Exceeded job memory limit\n",
+        "memory", "host_oom", "resubmit_with_changes",
+    ),
+    "vLLM left a negative KV cache": (
+        "INFO 11-02 14:20:11 worker.py:241] model weights take 14.99GiB; non_torch_memory takes 0.12GiB; "
+        "PyTorch activation peak memory takes 2.30GiB; the rest of the memory reserved for KV Cache is -0.37GiB.\n",
+        "memory", "vllm_kv_cache_too_small", "resubmit_with_changes",
+    ),
+    "only the exit warning about the process group": (
+        "epoch 3 done, accuracy 0.91\n"
+        "[rank3]:[W1104 22:10:05.118273641 ProcessGroupNCCL.cpp:1250] Warning: WARNING: destroy_process_group() "
+        "was not called before program exit, which can leak resources.\n",
+        "none", "exit_warning_only", "none",
+    ),
+    "DCGM health watch sees a thermal violation": (
+        "2024-05-02 03:11:45 dcgm-exporter WARN Health check failed for GPU 5: Thermal: "
+        "'Detected clocks throttling due to thermal violation in GPU 5.'\n",
+        "hardware", "gpu_health_check_thermal", "escalate_hardware",
+    ),
+    "torch.save cannot create its file": (
+        "Traceback (most recent call last):\n"
+        "  File \"/opt/app/trainer.py\", line 88, in save\n"
+        "    torch.save(state, out_path)\n"
+        "  File \"/usr/lib/python3/dist-packages/torch/serialization.py\", line 440, in __init__\n"
+        "    super().__init__(torch._C.PyTorchFileWriter(self.name))\n"
+        "RuntimeError: File /scratch/run7/ckpt/step_4000.pt cannot be opened.\n",
+        "storage", "checkpoint_write_failed", "escalate_storage",
+    ),
+    "a write fails with an I/O error": (
+        "    torch.save(model.state_dict(), path)\n"
+        "RuntimeError: write(): fd 113 failed with Input/output error\n",
+        "storage", "checkpoint_write_failed", "escalate_storage",
+    ),
+    "no cloud credentials for the checkpoint upload": (
+        "  File \"/usr/local/lib/python3.11/site-packages/botocore/auth.py\", line 418, in add_auth\n"
+        "    raise NoCredentialsError()\n"
+        "botocore.exceptions.NoCredentialsError: Unable to locate credentials\n",
+        "storage", "storage_credentials_expired", "escalate_credentials",
+    ),
+    "the launcher cannot ssh to a worker": (
+        "[2024-06-01 09:12:44,101] [INFO] [runner.py:568:main] cmd = pdsh -S -f 1024 -w node-b2,node-b3 ...\n"
+        "node-b3: trainer@node-b3: Permission denied (publickey,gssapi-keyex,gssapi-with-mic).\n"
+        "pdsh@node-b2: node-b3: ssh exited with exit code 255\n",
+        "user_code", "launcher_ssh_denied", "escalate_user",
+    ),
+    "Lightning asked for more GPUs than the machine has": (
+        "lightning.fabric.utilities.exceptions.MisconfigurationException: You requested gpu: [0, 1, 2, 3]\n"
+        " But your machine only has: [0, 1]\n",
+        "user_code", "launch_exceeds_gpus_per_node", "resubmit_with_changes",
+    ),
+    "an assertion behind Ray's worker prefix": (
+        "(RayTrainWorker pid=5521, ip=10.0.4.7)   File \"/app/data.py\", line 51, in __getitem__\n"
+        "(RayTrainWorker pid=5521, ip=10.0.4.7)     assert len(tokens) <= self.max_len\n"
+        "(RayTrainWorker pid=5521, ip=10.0.4.7) AssertionError\n",
+        "user_code", "assertion_failure", "escalate_user",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_a_differently_worded_line_gets_the_same_verdict(name):
+    text, family, diagnosis, remedy = CASES[name]
+    v = diagnose_text(text)
+    assert (v.family, v.diagnosis, v.remedy) == (family, diagnosis, remedy), v.evidence
+
+
+def test_the_exit_warning_after_a_traceback_is_not_called_healthy():
+    v = diagnose_text(
+        "Traceback (most recent call last):\n  File \"t.py\", line 3, in <module>\n"
+        "ValueError: bad shape\n"
+        "[rank0]:[W1104 22:10:05.1 ProcessGroupNCCL.cpp:1250] Warning: WARNING: destroy_process_group() "
+        "was not called before program exit, which can leak resources.\n")
+    assert v.family != "none"
+
+
+def test_a_pending_job_under_the_qos_is_not_a_refused_submission():
+    # squeue's reason column names the limit without sbatch's refusal: it waits, it was not refused.
+    v = diagnose_text("JOBID PARTITION NAME USER ST TIME NODES NODELIST(REASON)\n"
+                      "  9001 gpu train bob PD 0:00 1 (QOSMaxGRESPerUser)\n")
+    assert v.diagnosis != "submission_rejected"
