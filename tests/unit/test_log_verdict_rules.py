@@ -113,7 +113,46 @@ CASES = {
         "(RayTrainWorker pid=5521, ip=10.0.4.7) AssertionError\n",
         "user_code", "assertion_failure", "escalate_user",
     ),
+    "the master's name does not resolve yet": (
+        "[E socket.cpp:957] [c10d] The client socket has failed to connect to any network address of "
+        "(trainer-master-0.trainer.svc, 23456).\n"
+        "torch.distributed.DistNetworkError: The IPv4 network addresses of (trainer-master-0.trainer.svc, 23456) "
+        "cannot be retrieved (gai error: -2 - Name or service not known).\n",
+        "distributed", "rendezvous_host_unresolved", "resubmit",
+    ),
+    "a JAX process cannot register with its coordinator": (
+        "2024-09-10 08:01:12.551 E external/xla/xla/pjrt/distributed/client.cc:121] Failed to connect to "
+        "distributed JAX controller: UNAVAILABLE: failed to connect to all addresses\n"
+        "RPC: /tensorflow.CoordinationService/RegisterTask\n",
+        "distributed", "coordinator_unreachable", "escalate_user",
+    ),
+    "a peer hung up while NCCL was setting up": (
+        "host-7:91:120 [2] misc/socket.cc:49 NCCL WARN socketProgress: Connection closed by remote peer host-3<50412>\n"
+        "host-7:91:120 [2] NCCL INFO misc/socket.cc:749 -> 6\n"
+        "host-7:91:120 [2] NCCL INFO bootstrap.cc:488 -> 6\n"
+        "host-7:91:120 [2] NCCL INFO init.cc:1577 -> 6\n",
+        "distributed", "nccl_remote_error", "resubmit",
+    ),
+    "a Ray Train job waits on its placement group": (
+        "INFO 07-19 11:02:40 ray_utils.py:188] Waiting for creating a placement group of specs for 120 seconds. "
+        "specs=[{'GPU': 1.0}, {'GPU': 1.0}, {'GPU': 1.0}, {'GPU': 1.0}].\n",
+        "ray", "ray_placement_group_waiting", "wait",
+    ),
+    "NCCL's proxy fails its close op at exit": (
+        "all 400 checks passed\n"
+        "gpu-b-12:881:904 [1] proxy.cc:1602 NCCL WARN [Proxy Service 1] Failed to execute operation Close from rank 1, retcode 6\n",
+        "none", "nccl_teardown_noise", "none",
+    ),
 }
+
+
+def test_a_peer_closing_its_socket_at_teardown_is_not_a_network_error():
+    # The same warning after the work ended, with no init in the return chain: teardown noise.
+    v = diagnose_text(
+        "epoch 10 finished, saving checkpoint\n"
+        "n2:77:91 [0] misc/socket.cc:50 NCCL WARN socketProgress: Connection closed by remote peer n1<40211>\n"
+        "n2:77:91 [0] NCCL INFO [Service thread] Connection closed by localRank 0\n")
+    assert v.diagnosis != "nccl_remote_error"
 
 
 @pytest.mark.parametrize("name", list(CASES))
