@@ -143,7 +143,25 @@ CASES = {
         "gpu-b-12:881:904 [1] proxy.cc:1602 NCCL WARN [Proxy Service 1] Failed to execute operation Close from rank 1, retcode 6\n",
         "none", "nccl_teardown_noise", "none",
     ),
+    "the nodes carry the node controller's own taint": (
+        "Warning  FailedScheduling  4m12s  default-scheduler  0/6 nodes are available: 1 Insufficient cpu, "
+        "5 node(s) had taint {node.kubernetes.io/not-ready: }, that the pod didn't tolerate.\n",
+        "scheduling", "nodes_tainted_unhealthy", "escalate_infra",
+    ),
 }
+
+
+def test_a_taint_the_owner_chose_still_asks_for_a_toleration():
+    v = diagnose_text("Warning  FailedScheduling  30s  default-scheduler  0/4 nodes are available: "
+                      "4 node(s) had untolerated taint {dedicated: inference}. preemption: 0/4 nodes are available\n")
+    assert (v.diagnosis, v.remedy) == ("taint_toleration_mismatch", "escalate_user")
+
+
+def test_a_minor_unhealthy_taint_does_not_outweigh_the_main_reason():
+    v = diagnose_text("Warning  FailedScheduling  30s  default-scheduler  0/9 nodes are available: "
+                      "8 node(s) had untolerated taint {dedicated: training}, "
+                      "1 node(s) had untolerated taint {node.kubernetes.io/unreachable: }.\n")
+    assert v.diagnosis == "taint_toleration_mismatch"
 
 
 def test_a_peer_closing_its_socket_at_teardown_is_not_a_network_error():
