@@ -148,7 +148,20 @@ CASES = {
         "5 node(s) had taint {node.kubernetes.io/not-ready: }, that the pod didn't tolerate.\n",
         "scheduling", "nodes_tainted_unhealthy", "escalate_infra",
     ),
+    "the autoscaler says no new node would fit the pod": (
+        "  Warning  FailedScheduling   2m   default-scheduler   0/12 nodes are available: 12 Insufficient memory.\n"
+        "  Normal   NotTriggerScaleUp  90s  cluster-autoscaler  pod didn't trigger scale-up: 2 Insufficient memory\n",
+        "scheduling", "request_exceeds_any_node", "resubmit_with_changes",
+    ),
 }
+
+
+def test_a_node_group_at_its_maximum_is_waiting_not_a_request_too_big():
+    v = diagnose_text(
+        "  Warning  FailedScheduling   2m   default-scheduler   0/3 nodes are available: 3 Insufficient nvidia.com/gpu.\n"
+        "  Normal   NotTriggerScaleUp  1m   cluster-autoscaler  pod didn't trigger scale-up: 1 Insufficient nvidia.com/gpu, "
+        "1 max node group size reached\n")
+    assert v.diagnosis != "request_exceeds_any_node"
 
 
 def test_a_taint_the_owner_chose_still_asks_for_a_toleration():
