@@ -153,6 +153,19 @@ CASES = {
         "  Normal   NotTriggerScaleUp  90s  cluster-autoscaler  pod didn't trigger scale-up: 2 Insufficient memory\n",
         "scheduling", "request_exceeds_any_node", "resubmit_with_changes",
     ),
+    "an interrupted DataLoader deadlock": (
+        "^CTraceback (most recent call last):\n"
+        "  File \"/opt/conda/lib/python3.10/site-packages/torch/utils/data/dataloader.py\", line 1328, in _next_data\n"
+        "    idx, data = self._get_data()\n"
+        "  File \"/opt/conda/lib/python3.10/site-packages/torch/utils/data/dataloader.py\", line 1294, in _get_data\n"
+        "    success, data = self._try_get_data()\n"
+        "  File \"/opt/conda/lib/python3.10/multiprocessing/queues.py\", line 113, in get\n"
+        "    if not self._poll(timeout):\n"
+        "  File \"/opt/conda/lib/python3.10/multiprocessing/connection.py\", line 424, in _poll\n"
+        "    r = wait([self], timeout)\n"
+        "KeyboardInterrupt\n",
+        "user_code", "dataloader_deadlock", "resubmit_with_changes",
+    ),
 }
 
 
