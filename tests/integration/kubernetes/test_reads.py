@@ -137,3 +137,30 @@ def test_unreachable_api_server_is_a_clear_error(lab, tmp_path):
     b = lab.backend(connection={"kubeconfig": str(bad), "context": "loopback", "request_timeout": 2})
     with pytest.raises(ToolError, match="cannot be reached"):
         run(b, "kubectl_get_nodes")
+
+
+def test_a_rayjob_speaks_through_its_raycluster_pods(lab):
+    lab.store.install_crd("rayjobs", "rayclusters")
+    lab.add(k.node("gpu-a01"))
+    tmpl = {"spec": k.pod_spec(None, k.container(name="ray-worker", args=["--batch_size=64"]))}
+    rj = lab.add({"apiVersion": "ray.io/v1", "kind": "RayJob", "metadata": {"name": "sweep", "namespace": "train"},
+                  "spec": {"entrypoint": "python sweep.py", "rayClusterSpec": {
+                      "headGroupSpec": {"rayStartParams": {}, "template": tmpl},
+                      "workerGroupSpecs": [{"groupName": "gpu", "replicas": 4, "minReplicas": 0, "maxReplicas": 4,
+                                            "rayStartParams": {}, "template": tmpl}]}},
+                  "status": {"jobStatus": "FAILED", "jobDeploymentStatus": "Failed", "reason": "AppFailed"}})
+    rc = lab.add({"apiVersion": "ray.io/v1", "kind": "RayCluster", "metadata": {"name": "sweep-raycluster-x7k2p", "namespace": "train",
+                  "ownerReferences": [{"apiVersion": "ray.io/v1", "kind": "RayJob", "name": "sweep", "uid": rj["metadata"]["uid"], "controller": True}]},
+                  "spec": rj["spec"]["rayClusterSpec"]})
+    lab.add(k.pod("sweep-raycluster-x7k2p-gpu-worker-abcde", owner=rc, phase="Failed",
+                  state=k.terminated("OOMKilled", 137, k.ago(minutes=9), k.ago(minutes=2))))
+    b = lab.backend()
+    cfg = run(b, "job_config", job="sweep").config
+    assert (cfg["batch_size"], cfg["replicas"]) == (64, 4)
+    row = run(b, "kubectl_describe", kind="rayjob", name="sweep", namespace="train").job
+    assert (row.state, row.nodes) == ("Failed", ["gpu-a01"])
+    out = run(b, "resubmit", job="sweep-raycluster-x7k2p-gpu-worker-abcde", reason="x", changes={"memory_limit_gi": 128})
+    new = lab.get("ray.io/v1", "RayJob", "train", out.new_job)
+    groups = new["spec"]["rayClusterSpec"]
+    assert [g["template"]["spec"]["containers"][0]["resources"]["limits"]["memory"]
+            for g in [groups["headGroupSpec"], *groups["workerGroupSpecs"]]] == ["128Gi", "128Gi"]

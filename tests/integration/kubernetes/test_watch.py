@@ -118,3 +118,19 @@ def test_watch_cluster_export_and_eval_end_to_end(lab, tmp_path):
     result = _cli("eval", str(out), "--json", str(tmp_path / "eval.json"), cwd=tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
     assert json.loads((tmp_path / "eval.json").read_text())["scenarios"][0]["passed"] is True
+
+
+def test_a_running_gpu_pod_whose_log_stopped_is_stalled(lab):
+    lab.add(k.node("gpu-a01"))
+    for name in ("hung-0", "busy-0"):
+        lab.add(k.pod(name, started=k.ago(hours=2)))
+    lab.store.set_log("train", "hung-0", [(k.ago(minutes=90), "step 100 loss 2.1"), (k.ago(minutes=61), "step 110 loss 2.0")])
+    lab.store.set_log("train", "busy-0", [(k.ago(minutes=2), "step 900 loss 1.7")])
+    b = lab.backend()
+    changes = b.changes_since(b.now() - timedelta(minutes=1), stall_minutes=45)
+    assert [r.job for r in changes.stalled] == ["hung-0"]
+    reads = lambda: [p for _, p, q, _ in lab.store.requests if p.endswith("/log")]  # noqa: E731
+    assert sorted(reads()) == ["/api/v1/namespaces/train/pods/busy-0/log", "/api/v1/namespaces/train/pods/hung-0/log"]
+    again = b.changes_since(b.now() - timedelta(minutes=1), stall_minutes=45)
+    assert [r.job for r in again.stalled] == ["hung-0"]
+    assert reads().count("/api/v1/namespaces/train/pods/busy-0/log") == 1  # its log moved: not read again yet

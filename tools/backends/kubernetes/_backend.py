@@ -149,9 +149,9 @@ class KubernetesBackend(Backend):
         uid = parse.meta(workload).get("uid")
         pods = self.api.list(POD, ns)[0]
         owned: set[str] = {uid}
-        # Two levels: a PyTorchJob owns its pods; a JobSet owns Jobs that own pods.
-        for child_kind in (JOB,):
-            for child in self.api.list(child_kind, ns)[0]:
+        # Two levels: a PyTorchJob owns its pods; a JobSet owns Jobs, a RayJob a RayCluster, that own pods.
+        for child_kind in (JOB, WORKLOADS["raycluster"]):
+            for child in self.api.list_if_served(child_kind, ns):
                 if any(r.get("uid") == uid for r in parse.meta(child).get("ownerReferences") or []):
                     owned.add(parse.meta(child)["uid"])
         return [p for p in pods if any(r.get("uid") in owned for r in parse.meta(p).get("ownerReferences") or [])]

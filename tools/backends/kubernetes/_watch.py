@@ -8,6 +8,10 @@ FailedScheduling events, one field-selected request each.
 
 One incident per root cause: the pods of one workload that fail together are one failure
 (the first of them speaks for the rest).
+
+Stalls: Kubernetes records no training progress, so a running GPU pod's own log is its
+heartbeat. The last line (with the kubelet's timestamp) of each running GPU pod old enough to
+have stalled is read; a pod whose log moved is not read again until it could have stalled.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from crashcart.tools import render
+from crashcart.tools._spec import ToolError
 from crashcart.tools.backends.base import STUCK_PENDING_REASONS, ClusterChanges
 from crashcart.tools.backends.kubernetes import _parse as parse
 from crashcart.tools.backends.kubernetes._client import NODE, POD, Kind
@@ -74,6 +79,8 @@ class Informer:
         self.b = backend
         self.pods = Cache(POD)
         self.nodes = Cache(NODE)
+        self.quiet_until: dict[str, datetime] = {}
+        """Pods whose log moved recently: not read again before this time."""
 
     def sync(self) -> None:
         seconds = self.b.settings.watch_seconds
@@ -110,6 +117,7 @@ class Informer:
                     reason == "Unschedulable" and now - created >= pending_after and self._failed_scheduling(pod))
                 if stuck:
                     changes.pending.append(parse.job_row(parse.pod_job(pod, labels, config={})))
+        changes.stalled = self.stalled(now, timedelta(minutes=stall_minutes))
         running = {(p.get("spec") or {}).get("nodeName") for p in self.pods.objects.values()
                    if (p.get("status") or {}).get("phase") == "Running"}
         for raw in self.nodes.objects.values():
@@ -117,6 +125,34 @@ class Informer:
             if node.state in ("down", "not_ready"):
                 changes.nodes_down.append(parse.node_row(node))
         return changes
+
+    def stalled(self, now: datetime, stall: timedelta) -> list:
+        rows, budget = [], self.b.settings.stall_check_pods
+        for key, pod in self.pods.objects.items():
+            if budget <= 0:
+                break
+            state, _, _, _ = parse.pod_state(pod)
+            started = parse.when((pod.get("status") or {}).get("startTime"))
+            if state != "Running" or not started or now - started < stall or not parse.gpus_of(pod.get("spec") or {}):
+                continue
+            if self.quiet_until.get(key, started) > now:
+                continue
+            budget -= 1
+            m = parse.meta(pod)
+            try:
+                text = self.b.api.log(m["namespace"], m["name"], parse.main_container(pod).get("name"), tail=1, timestamps=True)
+            except ToolError:
+                continue  # a log that cannot be read proves nothing
+            try:
+                stamp = parse.when(text.split(" ", 1)[0][:19] + "Z") if text.strip() else None
+            except ValueError:
+                continue  # no kubelet timestamp on the line: nothing to tell time by
+            last = stamp or started
+            if now - last >= stall:
+                rows.append(parse.job_row(parse.pod_job(pod, self.b.settings.user_labels, config={})))
+            else:
+                self.quiet_until[key] = last + stall
+        return rows
 
     def _failed_scheduling(self, pod: dict[str, Any]) -> bool:
         m = parse.meta(pod)
