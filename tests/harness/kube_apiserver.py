@@ -478,14 +478,11 @@ class Handler(BaseHTTPRequestHandler):
         store = self.server.store
         keep = self._selected(res, ns, q)
         with store.cond:
+            # Stored objects are replaced, never changed in place, so a shallow snapshot is consistent.
             items = [o for o in store.items(res, ns) if keep(o)]
             rv = str(store.rv)
-            payload = json.dumps(items)  # snapshot under the lock: writers change objects in place
-        items = json.loads(payload)
-        if res in BUILTIN:
-            for o in items:  # built-in list items carry no kind/apiVersion
-                o.pop("kind", None)
-                o.pop("apiVersion", None)
+        if res in BUILTIN:  # built-in list items carry no kind/apiVersion
+            items = [{k: v for k, v in o.items() if k not in ("kind", "apiVersion")} for o in items]
         return {"kind": f"{res.kind}List", "apiVersion": res.api_version,
                 "metadata": {"resourceVersion": rv}, "items": items}
 

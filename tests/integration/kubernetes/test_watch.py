@@ -134,3 +134,23 @@ def test_a_running_gpu_pod_whose_log_stopped_is_stalled(lab):
     again = b.changes_since(b.now() - timedelta(minutes=1), stall_minutes=45)
     assert [r.job for r in again.stalled] == ["hung-0"]
     assert reads().count("/api/v1/namespaces/train/pods/busy-0/log") == 1  # its log moved: not read again yet
+
+
+def test_a_job_that_failed_without_pods_is_one_failure(lab):
+    lab.add(k.node("gpu-a01"))
+    j = lab.add(k.job("nightly-eval"))
+    lab.update(j, lambda o: o["status"].update(conditions=[
+        {"type": "FailureTarget", "status": "True", "reason": "DeadlineExceeded", "message": "Job was active longer than specified deadline",
+         "lastProbeTime": k.ts(k.ago(seconds=40)), "lastTransitionTime": k.ts(k.ago(seconds=40))},
+        {"type": "Failed", "status": "True", "reason": "DeadlineExceeded", "message": "Job was active longer than specified deadline",
+         "lastProbeTime": k.ts(k.ago(seconds=30)), "lastTransitionTime": k.ts(k.ago(seconds=30))}], failed=1))
+    j2 = lab.add(k.job("ft"))
+    lab.update(j2, lambda o: o["status"].update(conditions=[
+        {"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded", "message": "Job has reached the specified backoff limit",
+         "lastTransitionTime": k.ts(k.ago(seconds=20))}]))
+    lab.add(k.pod("ft-abcde", owner=lab.get("batch/v1", "Job", "train", "ft"), phase="Failed",
+                  state=k.terminated("OOMKilled", 137, k.ago(minutes=5), k.ago(seconds=25))))
+    b = lab.backend()
+    changes = b.changes_since(b.now() - timedelta(minutes=5), 45)
+    assert sorted((r.job, r.state, r.reason) for r in changes.failed) == [
+        ("ft-abcde", "Failed", "OOMKilled"), ("nightly-eval", "Failed", "DeadlineExceeded")]

@@ -24,7 +24,7 @@ from crashcart.tools import render
 from crashcart.tools._spec import ToolError
 from crashcart.tools.backends.base import STUCK_PENDING_REASONS, ClusterChanges
 from crashcart.tools.backends.kubernetes import _parse as parse
-from crashcart.tools.backends.kubernetes._client import NODE, POD, Kind
+from crashcart.tools.backends.kubernetes._client import JOB, NODE, POD, Kind
 
 if TYPE_CHECKING:
     from crashcart.tools.backends.kubernetes._backend import KubernetesBackend
@@ -79,14 +79,15 @@ class Informer:
         self.b = backend
         self.pods = Cache(POD)
         self.nodes = Cache(NODE)
+        self.jobs = Cache(JOB)
         self.quiet_until: dict[str, datetime] = {}
         """Pods whose log moved recently: not read again before this time."""
 
     def sync(self) -> None:
         seconds = self.b.settings.watch_seconds
-        # The two watches wait side by side: a poll costs one watch window, not two.
-        with ThreadPoolExecutor(max_workers=2) as pool:
-            for f in [pool.submit(c.sync, self.b.api, seconds) for c in (self.pods, self.nodes)]:
+        # The watches wait side by side: a poll costs one watch window, not three.
+        with ThreadPoolExecutor(max_workers=3) as pool:
+            for f in [pool.submit(c.sync, self.b.api, seconds) for c in (self.pods, self.nodes, self.jobs)]:
                 f.result()
 
     def changes_since(self, since: datetime, stall_minutes: float) -> ClusterChanges:
@@ -117,6 +118,16 @@ class Informer:
                     reason == "Unschedulable" and now - created >= pending_after and self._failed_scheduling(pod))
                 if stuck:
                     changes.pending.append(parse.job_row(parse.pod_job(pod, labels, config={})))
+        for job in self.jobs.objects.values():
+            # A Job that failed with no failed pod left to show it (DeadlineExceeded deletes them).
+            failed = next((c for c in (job.get("status") or {}).get("conditions") or []
+                           if c.get("type") == "Failed" and c.get("status") == "True"), None)
+            group = f"{parse.meta(job).get('namespace')}/{parse.meta(job)['name']}"
+            if failed and group not in seen_workloads and (parse.when(failed.get("lastTransitionTime")) or now) > since:
+                seen_workloads.add(group)
+                row = parse.workload_job(job, "Job", labels).model_copy(
+                    update={"end_time": parse.when(failed.get("lastTransitionTime")), "config": {}})
+                changes.failed.append(parse.job_row(row))
         changes.stalled = self.stalled(now, timedelta(minutes=stall_minutes))
         running = {(p.get("spec") or {}).get("nodeName") for p in self.pods.objects.values()
                    if (p.get("status") or {}).get("phase") == "Running"}
