@@ -154,3 +154,18 @@ def test_a_job_that_failed_without_pods_is_one_failure(lab):
     changes = b.changes_since(b.now() - timedelta(minutes=5), 45)
     assert sorted((r.job, r.state, r.reason) for r in changes.failed) == [
         ("ft-abcde", "Failed", "OOMKilled"), ("nightly-eval", "Failed", "DeadlineExceeded")]
+
+
+def test_each_watched_namespace_is_listed_and_watched_from_its_own_version(lab):
+    lab.add(k.node("gpu-a01"))
+    lab.add(k.pod("a-0", namespace="train"))
+    lab.add(k.pod("elsewhere-0", namespace="kube-system", phase="Failed",
+                  state=k.terminated("Error", 1, k.ago(minutes=2), k.ago(seconds=10))))
+    b = lab.backend(namespaces=["train", "research"])
+    assert b.changes_since(b.now() - timedelta(minutes=5), 45).failed == []
+    lab.add(k.pod("r-0", namespace="research", phase="Failed", state=k.terminated("OOMKilled", 137, k.ago(minutes=2), k.ago(seconds=5))))
+    assert [r.job for r in b.changes_since(b.now() - timedelta(minutes=5), 45).failed] == ["r-0"]
+    pod_paths = sorted({p for m, p, q, _ in lab.store.requests if p.endswith("/pods")})
+    assert pod_paths == ["/api/v1/namespaces/research/pods", "/api/v1/namespaces/train/pods"]
+    watched = [(p, q["resourceVersion"][0]) for m, p, q, _ in lab.store.requests if q.get("watch") and p.endswith("/pods")]
+    assert {p for p, _ in watched} == set(pod_paths)

@@ -33,10 +33,12 @@ FAILED = {"Failed", "CrashLoopBackOff"}
 
 
 class Cache:
-    """One resource's objects by namespace/name, and the resourceVersion they are current at."""
+    """One resource's objects in one namespace (or cluster-wide) by namespace/name, and the
+    resourceVersion they are current at (each namespace watched from its own list's version)."""
 
-    def __init__(self, kind: Kind):
+    def __init__(self, kind: Kind, namespace: str | None = None):
         self.kind = kind
+        self.namespace = namespace
         self.objects: dict[str, dict[str, Any]] = {}
         self.rv: str | None = None
         self.relists = 0
@@ -50,36 +52,65 @@ class Cache:
         if self.rv is None:
             self.relist(api)
             return
-        namespaces = (api.settings.namespaces or [None]) if self.kind.namespaced else [None]
-        for ns in namespaces:
-            for event in api.watch(self.kind, ns, self.rv, seconds):
-                kind, obj = event.get("type"), event.get("object") or {}
-                if kind == "ERROR":
-                    if obj.get("code") == 410:  # Expired: what we hold may have missed changes
-                        self.relist(api)
-                        return
-                    raise RuntimeError(f"watch {self.kind.plural}: {obj.get('reason')}: {obj.get('message')}")
-                rv = parse.meta(obj).get("resourceVersion")
-                if kind == "DELETED":
-                    self.objects.pop(self.key(obj), None)
-                elif kind in ("ADDED", "MODIFIED"):
-                    self.objects[self.key(obj)] = obj
-                if rv:
-                    self.rv = rv
+        for event in api.watch(self.kind, self.namespace, self.rv, seconds):
+            kind, obj = event.get("type"), event.get("object") or {}
+            if kind == "ERROR":
+                if obj.get("code") == 410:  # Expired: what we hold may have missed changes
+                    self.relist(api)
+                    return
+                raise ToolError(f"watch {self.kind.plural}: {obj.get('reason')}: {obj.get('message')}")
+            rv = parse.meta(obj).get("resourceVersion")
+            if kind == "DELETED":
+                self.objects.pop(self.key(obj), None)
+            elif kind in ("ADDED", "MODIFIED"):
+                self.objects[self.key(obj)] = obj
+            if rv:
+                self.rv = rv
 
     def relist(self, api) -> None:
-        items, rv = api.list(self.kind)
+        items, rv = api.list(self.kind, self.namespace)
         self.objects = {self.key(o): o for o in items}
         self.rv = rv
         self.relists += 1
 
 
+class Caches:
+    """One resource over the namespaces crashcart watches: a Cache each."""
+
+    def __init__(self, kind: Kind, namespaces: list[str]):
+        self.caches = [Cache(kind, ns) for ns in (namespaces if kind.namespaced and namespaces else [None])]
+
+    def sync(self, api, seconds: int) -> None:
+        for c in self.caches:
+            c.sync(api, seconds)
+
+    @property
+    def objects(self) -> dict[str, dict[str, Any]]:
+        if len(self.caches) == 1:
+            return self.caches[0].objects
+        return {k: v for c in self.caches for k, v in c.objects.items()}
+
+    @property
+    def rv(self) -> str | None:
+        return self.caches[0].rv if len(self.caches) == 1 else ",".join(str(c.rv) for c in self.caches)
+
+    @rv.setter
+    def rv(self, value: str | None) -> None:
+        for c in self.caches:
+            c.rv = value
+
+    @property
+    def relists(self) -> int:
+        return sum(c.relists for c in self.caches)
+
+
 class Informer:
     def __init__(self, backend: KubernetesBackend):
         self.b = backend
-        self.pods = Cache(POD)
-        self.nodes = Cache(NODE)
-        self.jobs = Cache(JOB)
+        spaces = backend.settings.namespaces
+        self.pods = Caches(POD, spaces)
+        self.nodes = Caches(NODE, spaces)
+        self.jobs = Caches(JOB, spaces)
         self.quiet_until: dict[str, datetime] = {}
         """Pods whose log moved recently: not read again before this time."""
 
