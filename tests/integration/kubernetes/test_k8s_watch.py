@@ -17,7 +17,7 @@ from crashcart.agent.policies import make_policy
 from crashcart.agent.runner import make_deps
 from crashcart.agent.store import IncidentStore
 from crashcart.agent.watch import Watcher, WatchSettings
-from test_agent import ALLOW_ALL, oom_job
+from test_k8s_agent import ALLOW_ALL, oom_job
 
 
 def failures(lab):
