@@ -31,6 +31,8 @@ from crashcart.tools.catalog import (
 )
 from crashcart.tools.cluster import Job, Node
 
+NODE_EVENTS = "default"
+"""The namespace the node controller and the kubelet record a node's events in."""
 _STATE_WORDS = {"PD": "PENDING", "R": "RUNNING", "F": "FAILED", "CD": "SUCCEEDED", "COMPLETED": "SUCCEEDED"}
 
 
@@ -290,6 +292,8 @@ class KubernetesBackend(Backend):
     # --- read tools: Kubernetes objects -----------------------------------------------------
 
     def events_about(self, kind: str, name: str, namespace: str | None) -> list:
+        if kind == "Node":
+            namespace = NODE_EVENTS  # whatever namespaces crashcart watches
         fields = f"involvedObject.name={name},involvedObject.kind={kind}"
         return sorted((parse.event(e) for e in self.api.list(EVENT, namespace, fields=fields)[0]), key=lambda e: e.time)
 
@@ -335,12 +339,13 @@ class KubernetesBackend(Backend):
         wanted = (a.object or "").strip()
         kind, _, name = render.event_parts(wanted) if "/" in wanted else ("", None, wanted)
         raw: list[dict[str, Any]] = []
+        namespace = a.namespace or (NODE_EVENTS if kind.lower() == "node" else None)
         if name:
             exact = fields + [f"involvedObject.name={name}"]
-            raw = self.api.list(EVENT, a.namespace, fields=",".join(exact))[0]
+            raw = self.api.list(EVENT, namespace, fields=",".join(exact))[0]
         if not raw:
             # Not an exact name: kubectl's user would grep; so does this.
-            raw = self.api.list(EVENT, a.namespace, fields=",".join(fields) or None)[0]
+            raw = self.api.list(EVENT, namespace, fields=",".join(fields) or None)[0]
         events = [parse.event(e) for e in raw]
         since = render.aware(a.since) if a.since else None
         needle = wanted.lower()
