@@ -16,6 +16,10 @@ slurm:                            # tools/backends/slurm/_config.py: SlurmSettin
   node_access: {method: ssh}      # ssh | srun | none
   resubmit: {config: args}        # args | file (config_file: ...) | none
 guard: guard.yaml                 # a path (relative to this file) or the policy inline
+notifiers:                        # agent/notify: where escalate/notify go (the store always)
+  - {kind: webhook, url: "https://hooks.example.org/oncall", token_env: ONCALL_TOKEN}
+  - {kind: email, host: smtp.example.org, port: 587, security: starttls, username: crashcart,
+     password_env: SMTP_PASSWORD, sender: crashcart@example.org, to: [gpu-oncall@example.org]}
 ```
 
 or, for Kubernetes (tools/backends/kubernetes/_config.py: KubernetesSettings):
@@ -39,7 +43,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from crashcart.agent.guard import GuardPolicy, PolicyError, load_policy, policy_from_dict
 from crashcart.tools.backends.kubernetes._config import KubernetesSettings
@@ -61,6 +65,15 @@ class ClusterConfig(BaseModel):
     guard: str | dict[str, Any] | None = None
     """A guard policy: a path to a guard.yaml (relative to this file) or the same mapping
     inline. Absent: the built-in policy (dry_run)."""
+    notifiers: list[Any] = []
+    """Where escalations and notifications go (agent/notify): NotifierSettings by kind."""
+
+    @field_validator("notifiers", mode="before")
+    @classmethod
+    def _notifiers(cls, v: Any) -> Any:
+        from crashcart.agent.notify import parse_notifiers
+
+        return parse_notifiers(v)
 
     def make_backend(self, transport=None):
         return _BACKENDS[self.backend](self, transport)
