@@ -220,6 +220,17 @@ class GuardPolicy(_Strict):
         return tuple(known.get(a.name, a) if a == Approver(name=a.name) else a for a in tier.approvers)
 
 
+def other_policy_flags(own: GuardPolicy, given: GuardPolicy | None, mode: str | None) -> list[str]:
+    """How a --guard and --mode someone passed differ from an incident's own policy (nothing
+    when they are the same). The file's own `mode` is set aside: the incident's is what ran."""
+    out = []
+    if given is not None and policy_sha256(given.model_copy(update={"mode": own.mode})) != policy_sha256(own):
+        out.append("--guard names a different policy")
+    if mode is not None and mode != own.mode:
+        out.append(f"--mode {mode} is not the incident's mode {own.mode}")
+    return out
+
+
 def canonical_policy(policy: GuardPolicy) -> str:
     """The policy as one canonical JSON text: what an incident stores and hashes."""
     return json.dumps(policy.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
@@ -252,13 +263,13 @@ def policy_from_dict(
 
 
 def _describe(err: ValidationError, data: Any, text: str | None) -> str:
-    """Each problem as `line N: field: what`, the line when the YAML text is at hand."""
+    """Each problem as `field: what (line N)`, the line when the YAML text is at hand."""
     problems = []
     for one in err.errors():
         # describe_validation_error reads only .errors(): one problem at a time gets its own line.
         message = describe_validation_error(_OneError([one]), data).replace("Value error, ", "")
         line = line_of(text, one["loc"]) if text is not None else None
-        problems.append(f"line {line}: {message}" if line else message)
+        problems.append(f"{message} (line {line})" if line else message)
     return "; ".join(problems)
 
 

@@ -5,7 +5,6 @@ checkpoint and runs the approved drain, journaled in the DuckDB store.
 
 from __future__ import annotations
 
-import getpass
 import os
 import re
 import subprocess
@@ -15,6 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from crashcart.agent.interfaces.os_user import current_os_user
 from crashcart.agent.store import IncidentStore
 from crashcart.evals.scenario import BUNDLED_DIR, load_scenario
 
@@ -139,7 +139,7 @@ def test_a_wrong_approver_in_another_process_leaves_it_waiting(tmp_path: Path, g
     assert detail.approvals == [] and not [a for a in detail.actions if a.tool == "node_drain"]
     assert detail.incident.status == "awaiting_approval"
     assert (attempt.approver, attempt.os_user, attempt.outcome, attempt.tool) == (
-        "mallory", getpass.getuser(), "refused", "node_drain")
+        "mallory", current_os_user(), "refused", "node_drain")
 
     # Still waiting: a third process, the right person, and the drain runs.
     approved = approve(tmp_path, state_dir, guard_file, incident, "alice")
@@ -201,7 +201,7 @@ def test_the_readme_flow_runs_the_approved_drain(tmp_path: Path, dry_run_scenari
     assert stored.mode == "autonomous"
     assert [a.args["node"] for a in detail.actions if a.tool == "node_drain"] == [BAD_NODE]
     [approval] = detail.approvals
-    assert (approval.approver, approval.os_user, approval.policy_sha256) == ("alice", getpass.getuser(), stored.sha256)
+    assert (approval.approver, approval.os_user, approval.policy_sha256) == ("alice", current_os_user(), stored.sha256)
 
 
 def test_approve_with_another_guard_or_mode_is_refused_and_journaled(tmp_path: Path, dry_run_scenario: Path):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import getpass
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -11,6 +10,7 @@ from typer.testing import CliRunner
 
 from crashcart.agent.guard import Guard, policy_from_dict
 from crashcart.agent.interfaces.cli import app
+from crashcart.agent.interfaces.os_user import current_os_user
 from crashcart.agent.store import IncidentStore
 
 ENV = {"COLUMNS": "240", "NO_COLOR": "1", "TERM": "dumb"}
@@ -75,7 +75,7 @@ def test_guard_reset_refusal_is_journaled_with_the_os_user(tmp_path):
     with IncidentStore(state_dir / "incidents.duckdb") as store:
         [attempt] = store.approval_attempts("inc-000000000001")
     assert (attempt.approver, attempt.tool, attempt.outcome) == ("mallory", "breaker_reset", "refused")
-    assert attempt.os_user == getpass.getuser()
+    assert attempt.os_user == current_os_user()
 
 
 def test_guard_reset_without_a_store_is_a_clear_error(tmp_path):
@@ -88,4 +88,5 @@ def test_guard_check_catches_a_misspelt_tool(tmp_path):
     bad.write_text("mode: autonomous\npermissions:\n  - tool: '*'\napproval:\n  - tool: node_drian\n")
     result = invoke("guard", "check", bad)
     assert result.exit_code == 2
-    assert f"error: {bad}: line 5" in result.output and "'node_drian' matches no write tool" in result.output
+    assert f"error: {bad}: approval[0].tool: 'node_drian' matches no write tool" in result.output
+    assert "(line 5)" in result.output

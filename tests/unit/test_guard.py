@@ -454,7 +454,7 @@ def test_policy_errors_name_the_file_and_the_field(tmp_path):
     assert "permissions[0].partition: unknown field" in msg
 
     bad.write_text("escalation:\n  default_team: janitors\n")
-    with pytest.raises(PolicyError, match=r"guard\.yaml: line 2: escalation\.default_team"):
+    with pytest.raises(PolicyError, match=r"guard\.yaml: escalation\.default_team: .* \(line 2\)"):
         load_policy(bad)
     bad.write_text("mode: [unclosed\n")
     with pytest.raises(PolicyError, match="line 2, column 1: not valid YAML"):

@@ -36,13 +36,13 @@ def error_of(tmp_path: Path, text: str) -> str:
 
 def test_a_misspelt_approval_tier_is_an_error_naming_the_line(tmp_path):
     msg = error_of(tmp_path, "mode: autonomous\npermissions:\n  - tool: '*'\napproval:\n  - tool: node_drian\n")
-    assert "line 5" in msg and "approval[0].tool" in msg and "'node_drian' matches no write tool" in msg
+    assert "(line 5)" in msg and "approval[0].tool" in msg and "'node_drian' matches no write tool" in msg
     assert "node_drain" in msg  # the names it could have meant
 
 
 def test_a_misspelt_permission_is_an_error_not_a_silent_deny(tmp_path):
     msg = error_of(tmp_path, "permissions:\n  - tool: resubmit\n  - tool: resubmitt\n")
-    assert "line 3" in msg and "permissions[1].tool: 'resubmitt' matches no write tool" in msg
+    assert "(line 3)" in msg and "permissions[1].tool: 'resubmitt' matches no write tool" in msg
 
 
 def test_a_glob_that_matches_only_read_tools_is_an_error(tmp_path):
