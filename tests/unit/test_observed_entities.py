@@ -51,3 +51,32 @@ def test_the_jobs_nodes_seen_in_accounting_count_and_a_failed_read_does_not():
     assert unknown["decision"] == "deny"
     assert ("node", "gpu-zz9") not in inc.store.observed(inc.id)
     assert ("node", BAD_NODE) in inc.store.observed(inc.id)
+
+
+# --- the incident's own policy, through the graph -------------------------------------------
+
+
+def test_a_resume_with_another_guard_in_hand_keeps_the_incidents_policy():
+    """What `approve` in a new process does: new deps, built from whatever policy that process
+    loaded. The incident asked under autonomous + alice; a dry-run policy naming mallory changes
+    nothing: mallory is refused and alice's yes really drains."""
+    from crashcart.agent.runner import make_deps
+
+    from test_graph import APPROVAL
+
+    inc = Incident(xid_cluster(), guard_policy("autonomous", **APPROVAL))
+    assert inc.start().interrupted
+    other = guard_policy("dry_run", approval=[{"tool": "node_drain", "approvers": ["mallory"]}])
+    inc.deps = make_deps(inc.backend, inc.deps.policy, other, inc.store, cluster=inc.deps.guard.cluster)
+
+    refused = inc.answer(approver="mallory", approved=True, os_user="mallory")
+    [drain] = actions(refused.state, "node_drain")
+    assert drain["decision"] == "needs_approval" and "mallory may not approve" in drain["reason"]
+
+    run = inc.answer(approver="alice", approved=True, os_user="alice")
+    [drain] = actions(run.state, "node_drain")
+    assert (drain["decision"], drain["reason"]) == ("allow", "Approved by alice.")
+    assert inc.node_state(BAD_NODE) == "drained"
+    attempts = inc.store.approval_attempts(inc.id)
+    assert [(a.approver, a.os_user, a.outcome) for a in attempts] == [
+        ("mallory", "mallory", "refused"), ("alice", "alice", "accepted")]
