@@ -29,8 +29,9 @@ def entities_named(call: ToolCall) -> list[Entity]:
         named.append(("job", args["job"]))
     if isinstance(args.get("node"), str):
         named.append(("node", args["node"]))
-    for node in args.get("exclude_nodes") or () if isinstance(args.get("exclude_nodes"), list) else ():
-        named.append(("node", str(node)))
+    excluded = args.get("exclude_nodes")
+    if isinstance(excluded, list):
+        named += [("node", str(node)) for node in excluded]
     return list(dict.fromkeys(named))
 
 

@@ -249,3 +249,30 @@ def test_the_trigger_job_is_observed_but_a_chat_message_names_nothing(clock):
         assert ask(g, drain("gpu-5")).rule == "observed"
         cancel = ToolCall(tool="cancel_job", args={"job": "48213", "reason": "x"})
         assert ask(g, (cancel, ActionTarget(tool="cancel_job", job="48213"))).decision == "allow"
+
+
+def test_a_store_written_before_incidents_kept_policies_opens_and_refuses_to_guess(tmp_path, clock):
+    """An old store (approvals and breaker without the new columns) gains them when opened; an
+    incident waiting there has no stored policy, so nobody's flags decide for it."""
+    import duckdb
+
+    path = tmp_path / "old.duckdb"
+    con = duckdb.connect(str(path))
+    con.execute("CREATE TABLE approvals (action_id TEXT, incident_id TEXT, approver TEXT, approved BOOLEAN,"
+                ' "at" TIMESTAMP, used BOOLEAN)')
+    con.execute("CREATE TABLE breaker (cluster TEXT PRIMARY KEY, tripped BOOLEAN, reason TEXT,"
+                " tripped_at TIMESTAMP, reset_by TEXT, reset_at TIMESTAMP)")
+    con.execute("INSERT INTO approvals VALUES ('a1', 'old-inc', 'alice', true, '2026-03-01 10:00:00', true)")
+    con.execute("INSERT INTO breaker VALUES ('c1', true, 'old trip', '2026-03-01 10:00:00', NULL, NULL)")
+    con.close()
+    with IncidentStore(path) as s:
+        s.open_incident("c1", "test", {"kind": "job_failed", "job": "48213"}, incident_id="old-inc", at=T0)
+        [old] = s.get_incident("old-inc").approvals
+        assert (old.approver, old.tool, old.policy_sha256, old.os_user) == ("alice", None, None, None)
+        assert s.breaker_state("c1").tripped and s.breaker_state("c1").incident_id is None
+        s.record_decision("c1", "old-inc", "a2", "node_drain", {"node": BAD_NODE}, "needs_approval",
+                          "needs approval", "approval[0]", at=T0, target={"tool": "node_drain", "node": BAD_NODE})
+        with pytest.raises(ApprovalError, match="no stored guard policy"):
+            Guard(policy(), s, "c1", clock).approve("a2", "old-inc", "alice", True)
+        # An answer with no binding (tool, args, policy) is never taken for a bound request.
+        assert s.take_approval("a1", "old-inc", tool="node_drain", args={}, policy_sha256="x") is None
