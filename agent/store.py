@@ -191,6 +191,8 @@ class IncidentDetail(_Row):
     decisions: list[DecisionRecord]
     actions: list[ActionRecord]
     approvals: list[Approval]
+    approval_attempts: list[ApprovalAttempt] = []
+    """Every answer given or refused, with who (name and OS account) and why."""
 
 
 def _db_time(t: datetime | None) -> datetime | None:
@@ -437,6 +439,7 @@ class IncidentStore:
             approvals=self._rows(
                 Approval, 'SELECT * FROM approvals WHERE incident_id = ? ORDER BY "at"', by_incident
             ),
+            approval_attempts=self.approval_attempts(incident_id),
         )
 
     # --- the journal ----------------------------------------------------------

@@ -305,9 +305,7 @@ def approve(
 ) -> None:
     """Approve (or reject) the actions an incident waits on, and let it finish, under the guard
     policy and mode the incident started with. Your OS account is journaled next to --approver."""
-    from datetime import UTC, datetime
-
-    from crashcart.agent.guard import other_policy_flags, policy_sha256
+    from crashcart.agent.guard import other_policy_flags
     from crashcart.agent.interfaces.os_user import current_os_user
     from crashcart.agent.interfaces.transcript import render_incident
     from crashcart.agent.runner import pending_approval, resume_incident
@@ -327,7 +325,7 @@ def approve(
     if differences:
         why = (f"incident {incident} runs under its own guard policy (mode {policy.mode}, sha256 {sha[:12]}): "
                f"{'; '.join(differences)}. Approve without --guard and --mode; the incident's own policy decides.")
-        store.record_approval_attempt(incident, outcome="refused", reason=why, at=datetime.now(UTC),
+        store.record_approval_attempt(incident, outcome="refused", reason=why, at=deps.guard.clock(),
                                       approver=approver, os_user=os_user, approved=not reject, policy_sha256=sha)
         _fail(why, code=1)
     saver = _checkpointer(state_dir / "checkpoints.sqlite")

@@ -140,6 +140,7 @@ def test_a_wrong_approver_in_another_process_leaves_it_waiting(tmp_path: Path, g
     assert detail.incident.status == "awaiting_approval"
     assert (attempt.approver, attempt.os_user, attempt.outcome, attempt.tool) == (
         "mallory", current_os_user(), "refused", "node_drain")
+    assert detail.approval_attempts == [attempt]  # part of the incident's record
 
     # Still waiting: a third process, the right person, and the drain runs.
     approved = approve(tmp_path, state_dir, guard_file, incident, "alice")
