@@ -15,13 +15,16 @@ from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, ValidationInfo, field_validator, model_validator
+from pydantic import (
+    BaseModel, ConfigDict, Field, StringConstraints, ValidationError, ValidationInfo, field_validator,
+    model_validator,
+)
 
+from crashcart.agent.guard._lines import line_of
 from crashcart.tools import REGISTRY
 from crashcart.tools.backends.base import ActionTarget
 from crashcart.tools.catalog import Team
 from crashcart.tools.yamlio import DataFileError, FileError, describe_validation_error, read_yaml_file
-from crashcart.agent.guard._lines import line_of
 
 DEFAULT_POLICY_PATH = Path(__file__).with_name("default.yaml")
 Mode = Literal["observe", "dry_run", "autonomous"]
