@@ -75,6 +75,8 @@ class Evidence:
     calls: set[str] = field(default_factory=set)
     """Keys of the calls already made (tool + sorted args), to never repeat one."""
     history_rows: list[dict[str, Any]] = field(default_factory=list)
+    partitions: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Slurm partitions' configured limits (partition_info), by name."""
 
     # --- what the incident is about --------------------------------------
 
@@ -231,6 +233,8 @@ def build_evidence(observations: list[dict[str, Any]], trigger: dict[str, Any], 
             )
         elif tool == "job_config":
             ev.configs[args["job"]] = data.get("config") or {}
+        elif tool == "partition_info":
+            ev.partitions[data.get("partition") or args["partition"]] = data
         if "rows" in data and tool in {"sacct", "squeue", "list_jobs", "job_history"}:
             for row in data["rows"]:
                 _merge_job(ev, row, parent=args.get("job"))

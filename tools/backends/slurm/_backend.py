@@ -30,7 +30,7 @@ from crashcart.tools.backends.slurm._parse import ACTIVE
 from crashcart.tools.backends.slurm._submit import SubmitLine, parse_submit_line
 from crashcart.tools.catalog import (
     GpuOutput, HistoryInput, JobRow, JobsOutput, ListJobsInput, MetricsInput, NodeInput, NodeLogInput,
-    NodeLogOutput, NodeRow, NodesOutput, QueueInput, SacctInput, SinfoInput,
+    NodeLogOutput, NodeRow, NodesOutput, PartitionInput, PartitionOutput, QueueInput, SacctInput, SinfoInput,
 )
 from crashcart.tools.transport import Transport
 
@@ -134,7 +134,7 @@ class SlurmBackend(JobFiles, Backend):
         text = self.cli.out([command, "--json"])
         try:
             return read(json.loads(text))
-        except (ValueError, KeyError, TypeError) as e:
+        except (ValueError, KeyError, TypeError, AttributeError) as e:  # AttributeError: another shape
             raise ToolError(f"{command} --json printed something crashcart cannot read ({e}): {text[:200]!r}") from None
 
     def node(self, name: str) -> parse.NodeInfo:
@@ -418,6 +418,15 @@ class SlurmBackend(JobFiles, Backend):
         lines = render.sinfo_lines([parse.as_node(r) for r in rows])
         text, truncated = self._bounded(lines, pinned=1)
         return NodesOutput(text=text, truncated=truncated, rows=rows)
+
+    def _tool_partition_info(self, a: PartitionInput) -> PartitionOutput:
+        result = self.cli.read(["scontrol", "show", "partition", "-o", a.partition], check=False)
+        line = next((l for l in result.stdout.splitlines() if l.startswith("PartitionName=")), "")
+        if not result.ok or not line:
+            raise ToolError(f"`scontrol show partition {a.partition}` failed: "
+                            f"{(result.stderr or result.stdout).strip()[-300:] or 'no such partition'}")
+        rec = parse.scontrol_record(line)
+        return PartitionOutput(text=line, partition=rec.get("PartitionName", a.partition), max_time=rec.get("MaxTime"))
 
     def running_job_on(self, node: str) -> str | None:
         """The job to run an srun step in, when node commands go through srun."""
