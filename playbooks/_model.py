@@ -98,6 +98,10 @@ class Signal(Strict):
     covers: Arithmetic | None = None
     """Text signals: read the message's own arithmetic (PyTorch's OOM: free plus reserved-but-
     unallocated covers the request means fragmentation, not a batch too big)."""
+    gpus_busy_pct: float | None = None
+    """Text signals: the match counts only when the job's GPUs are working now: every GPU sampled
+    on its nodes (the latest sample each) is at least this busy, with memory in use. A log that
+    ends inside an evaluation pass means a busy job only while its GPUs say so."""
     config_key: str | None = None
     config_ge: float | None = None
     config_values: list[Any] | None = None
@@ -156,6 +160,8 @@ InvestigateTarget = Literal[
 StepCondition = Literal[
     # The scheduler says more nodes lack free GPUs than running jobs hold GPUs on.
     "gpus_unaccounted",
+    # A focus job is one pod of a multi-pod workload: list its peers (and so their nodes).
+    "part_of_a_workload",
 ]
 
 
@@ -221,7 +227,21 @@ class OneNode(Strict):
 
     min_jobs: int = Field(2, ge=2)
     """How many jobs must show the error: one job on a node proves nothing about the node."""
+    node_evidence: str | None = None
+    """A kernel-log regex for the client dying on the node itself (its FUSE daemon killed, its
+    mount thrown out): on exactly one of the jobs' nodes, with jobs elsewhere fine, it scopes the
+    error to that node even when only one job saw it."""
     remedy: Remedy
+
+    @field_validator("node_evidence")
+    @classmethod
+    def _compiles(cls, v: str | None) -> str | None:
+        if v is not None:
+            try:
+                re.compile(v)
+            except re.error as e:
+                raise ValueError(f"node_evidence does not compile: {e}") from None
+        return v
 
 
 class Label(Strict):
@@ -241,7 +261,7 @@ class Label(Strict):
     service account used by all): the root cause is then the cluster, not the job asked about."""
     one_node: OneNode | None = None
     """The error may be confined to one node's client; see OneNode."""
-    analysis: Literal["demand_forecast", "idle_gpus"] | None = None
+    analysis: Literal["demand_forecast", "idle_gpus", "binding_constraint"] | None = None
     """A computed answer (capacity reviews) that replaces the evidence lines in the report."""
 
     @field_validator("signals")

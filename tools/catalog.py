@@ -13,7 +13,10 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from crashcart.tools._spec import ToolInput, WriteInput, tool
-from crashcart.tools.cluster import Checkpoint, Event, GpuSample, ProgressPoint
+from crashcart.tools.cluster import (
+    Association, Autoscaler, Checkpoint, ClusterQueue, Event, FairShareRow, GpuSample, JobPriority, ProgressPoint,
+    Qos,
+)
 
 MAX_TEXT_CHARS = 12_000
 Team = Literal["hardware", "network", "infra", "storage", "user", "credentials", "capacity"]
@@ -115,6 +118,18 @@ class HistoryInput(ToolInput):
     days: int = Field(30, ge=1, le=365)
 
 
+class SacctmgrInput(ToolInput):
+    entity: Literal["qos", "assoc"] = Field(description="qos: every QOS and its limits; assoc: accounts and users")
+
+
+class SshareInput(ToolInput):
+    account: str | None = Field(None, description="Only this account (and its users)")
+
+
+class NoInput(ToolInput):
+    pass
+
+
 class ResubmitInput(WriteInput):
     job: str
     changes: dict[str, Any] = Field(
@@ -179,6 +194,8 @@ class JobRow(BaseModel):
     attempt: int | None = None
     """1-based for earlier attempts of a job; None for the job itself."""
     depends_on: list[str] = []
+    account: str | None = None
+    qos: str | None = None
 
 
 class JobsOutput(TextOutput):
@@ -234,6 +251,28 @@ class ProgressOutput(TextOutput):
 class ConfigOutput(TextOutput):
     job: str
     config: dict[str, Any] = {}
+
+
+class SacctmgrOutput(TextOutput):
+    qos: list[Qos] = []
+    associations: list[Association] = []
+
+
+class SshareOutput(TextOutput):
+    shares: list[FairShareRow] = []
+
+
+class SprioOutput(TextOutput):
+    priorities: list[JobPriority] = []
+
+
+class ClusterQueuesOutput(TextOutput):
+    cluster_queues: list[ClusterQueue] = []
+
+
+class AutoscalerOutput(TextOutput):
+    autoscaler: Autoscaler | None = None
+    """None when the cluster runs without an autoscaler."""
 
 
 class ActionOutput(BaseModel):
@@ -332,6 +371,34 @@ job_config = tool(
     "job_config", input=JobInput, output=ConfigOutput,
     description="""The job's submitted configuration: the knobs a resubmit can change (batch size,
     workers, precision, memory, environment such as NCCL_* variables, image, resume path).""",
+)
+sacctmgr_show = tool(
+    "sacctmgr_show", input=SacctmgrInput, output=SacctmgrOutput, backends=("slurm",),
+    description="""Slurm's limits (sacctmgr show qos / show assoc -P): each QOS's priority, GrpTRES
+    (e.g. gres/gpu=64 for all its jobs together), MaxTRESPU and MaxWall; each account's share,
+    GrpTRES and QOS. What keeps jobs pending while nodes sit idle.""",
+)
+sshare = tool(
+    "sshare", input=SshareInput, output=SshareOutput, backends=("slurm",),
+    description="""Slurm fair share (sshare -a -P): each account's and user's raw and normalized
+    shares, usage charged, and FairShare factor (1.0 unused, near 0 spent: its jobs rank last).""",
+)
+sprio = tool(
+    "sprio", input=QueueInput, output=SprioOutput, backends=("slurm",),
+    description="""Slurm job priorities (sprio): for each pending job its priority and the weighted
+    factors it is made of (age, fair share, job size, partition, QOS): why one job starts before
+    another.""",
+)
+kueue_cluster_queues = tool(
+    "kueue_cluster_queues", input=NoInput, output=ClusterQueuesOutput, backends=("kubernetes",),
+    description="""Kueue ClusterQueues (kubectl get clusterqueues, with their quota and status): per
+    flavor the nominal quota and borrowing limit, what admitted workloads reserve, and how many
+    workloads wait.""",
+)
+ray_autoscaler_status = tool(
+    "ray_autoscaler_status", input=NoInput, output=AutoscalerOutput, backends=("ray",),
+    description="""The Ray autoscaler's view (ray status): nodes per type against each type's
+    max_workers, pending nodes, resource usage and the demands it cannot place yet.""",
 )
 node_drain = tool(
     "node_drain", input=NodeWriteInput, output=ActionOutput, effect="write",

@@ -44,7 +44,7 @@ def eval_command(
     """Run scenarios through the agent and print a scorecard."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from crashcart.agent.interfaces.scorecard import render_scorecard
+    from crashcart.agent.interfaces.scorecard import budget_line, render_scorecard
     from crashcart.evals.runner import run_suite
 
     if policy != "playbook":
@@ -68,6 +68,7 @@ def eval_command(
     if quiet:
         s = report.summary
         console.print(f"{s.passed}/{s.total} passed ({s.pass_rate:.1%}), {s.violations} forbidden actions, {s.errors} errors")
+        console.print(budget_line(s))
         if report.logs is not None:
             ls = report.logs.summary
             console.print(f"log verdicts: family {ls.family_accuracy:.1%}, remedy {ls.remedy_accuracy:.1%} on {ls.total} logs")

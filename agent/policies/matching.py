@@ -71,6 +71,8 @@ def _text_hits(idx: int, sig: Signal, pattern, ev: Evidence) -> list[Hit]:
             line, caps = found
             if sig.exceeds_job and not _exceeds_job(sig.exceeds_job, dict(caps), doc.entity, ev):
                 continue
+            if sig.gpus_busy_pct is not None and not _gpus_busy(sig.gpus_busy_pct, doc.entity, ev):
+                continue
             if sig.largest_share and not _largest_share(dict(caps).get("count"), line):
                 continue
             if sig.covers and not _covers(sig.covers, dict(caps)):
@@ -78,10 +80,18 @@ def _text_hits(idx: int, sig: Signal, pattern, ev: Evidence) -> list[Hit]:
             caps = dict(caps)
             if "peak" in pattern.groupindex:
                 caps["peak"] = _largest_size(pattern, doc.text) or caps.get("peak", "")
-            hits.append(Hit(idx, doc.entity, line, doc.call, caps))
+            hits.append(Hit(idx, _pointed_at(caps.get("node"), doc.entity, ev), line, doc.call, caps))
     if sig.min_count and len({h.entity for h in hits}) < sig.min_count:
         return []
     return hits
+
+
+def _pointed_at(node: str | None, entity: str, ev: Evidence) -> str:
+    """A line that names a node (a named group `node`: "srun: error: Node failure on gpu-07") points
+    at that node, when it is one the incident knows; otherwise at the text's own entity."""
+    if node and (node in ev.nodes or node in ev.relevant_nodes()):
+        return f"node:{node}"
+    return entity
 
 
 _NODE_COUNT = re.compile(r"\b(\d+) (?:node\(s\)|Insufficient\b)")
@@ -110,6 +120,17 @@ def _covers(rule: Arithmetic, caps: dict[str, str]) -> bool:
         return False
     total = sum(sizes[n] for n in rule.add) - sum(sizes[n] for n in rule.subtract)
     return total >= sizes[rule.at_least]
+def _gpus_busy(min_pct: float, entity: str, ev: Evidence) -> bool:
+    """Every GPU sampled on the job's nodes is busy in its latest sample (and some were sampled)."""
+    facts = ev.jobs.get(entity[4:]) if entity.startswith("job:") else None
+    latest: dict[tuple[str, int], Any] = {}
+    for node in facts.nodes if facts else []:
+        for s in ev.telemetry.get(node, []):
+            key = (node, s.index)
+            if key not in latest or (s.time and (latest[key].time is None or s.time >= latest[key].time)):
+                latest[key] = s
+    return bool(latest) and all(
+        s.util_pct is not None and s.util_pct >= min_pct and (s.memory_used_mib or 0) > 0 for s in latest.values())
 
 
 def _exceeds_job(what: str, caps: dict[str, str], entity: str, ev: Evidence) -> bool:
@@ -202,6 +223,8 @@ def signal_hits(idx: int, sig: Signal, pattern, ev: Evidence) -> list[Hit]:
             text = f"{row.get('state', '')} {row.get('reason') or ''}".strip()
             if _word_matches(sig, pattern, row.get("state")) or (pattern and pattern.search(text)):
                 hits.append(Hit(idx, f"node:{n}", f"node {n}: {text}", f"node_state:{n}"))
+        if sig.min_count and len(hits) < sig.min_count:
+            return []
     elif sig.where == "telemetry":
         return _telemetry_hits(idx, sig, ev)
     elif sig.where == "progress":

@@ -13,7 +13,9 @@ import re
 from datetime import datetime, timedelta
 from typing import Any
 
+from crashcart.agent.policies import fanout
 from crashcart.agent.policies.capacity import demand_forecast, idle_gpus
+from crashcart.agent.policies.constraint import binding_constraint
 from crashcart.agent.policies.conditions import CONDITIONS, idle_gpu_nodes
 from crashcart.agent.policies.evidence import Evidence, RUNNING_STATES, build_evidence, call_key
 from crashcart.agent.policies.matching import LabelMatch, match_label, near_miss
@@ -30,7 +32,12 @@ SUSPICIOUS = re.compile(
     re.I,
 )
 HEALTHY = "healthy"
-ANALYSES = {"demand_forecast": demand_forecast, "idle_gpus": idle_gpus}
+# Each answers a capacity question: (the answer, its evidence lines, a chart or None).
+ANALYSES = {
+    "demand_forecast": lambda ev: (*demand_forecast(ev), None),
+    "idle_gpus": lambda ev: (*idle_gpus(ev), None),
+    "binding_constraint": binding_constraint,
+}
 
 
 class PlaybookPolicy:
@@ -49,10 +56,15 @@ class PlaybookPolicy:
         if budget <= 0:
             return []
         wanted = self._baseline_calls(ev, backend, first=not observations)
+        candidates = self._candidates(ev) if observations else []
         if observations:
-            for match in self._candidates(ev):
+            for match in candidates:
                 wanted += self._steps(match, ev, backend)
-            if not self._candidates(ev) and self._failed_focus(ev):
+            if candidates and candidates[0].entry.label.remedy.kind == "exclude_node":
+                # One cause, every victim: the leading suspect node's other jobs (any user or
+                # namespace) are rerun too, so list them.
+                wanted += [ToolCall(tool="list_jobs", args={"node": e[5:]}) for e in candidates[0].entities("node")[:2]]
+            if not candidates and self._failed_focus(ev):
                 wanted += self._sweep(ev, backend)
         fresh: list[ToolCall] = []
         for call in wanted:
@@ -62,7 +74,7 @@ class PlaybookPolicy:
             if backend not in REGISTRY.get(call.tool).backends:
                 continue
             fresh.append(call)
-        return fresh[:budget]
+        return fanout.bound(fresh, ev, candidates)[:budget]
 
     def _baseline_calls(self, ev: Evidence, backend: str, first: bool) -> list[ToolCall]:
         """What any on-call engineer looks at first for this kind of trigger."""
@@ -221,8 +233,9 @@ class PlaybookPolicy:
         summary = f"{label.title} ({root or 'cause unknown'})"
         if remedy.advice:
             summary += f". {remedy.advice}"
+        chart = None
         if label.analysis:
-            answer, lines = ANALYSES[label.analysis](ev)
+            answer, lines, chart = ANALYSES[label.analysis](ev)
             summary, evidence = f"{label.title}: {answer}", lines + evidence
         changes: dict[str, Any] = {}
         remedy_kind = remedy.kind
@@ -241,7 +254,7 @@ class PlaybookPolicy:
             label=best.name, family=best.entry.family, root_cause=root, remedy=remedy_kind,
             confidence=round(min(0.95, 0.55 + 0.15 * best.matched_signals), 2),
             retriable=label.retriable, evidence=evidence[:12], evidence_path=path, signals=signals, summary=summary,
-            changes=changes, team=label.team, candidates=[m.name for m in candidates[1:6]],
+            changes=changes, team=label.team, candidates=[m.name for m in candidates[1:6]], chart=chart,
         )
         actions = plan_actions(best, remedy_kind, ev, root_node, summary, evidence, state.get("backend", "slurm"), remedy)
         return diagnosis, actions

@@ -214,7 +214,7 @@ def plan_actions(match: LabelMatch | None, remedy_kind: str, ev: Evidence, root_
 
 
 def _co_victims(ev: Evidence, node: str) -> list[str]:
-    return [f.job for f in ev.jobs.values() if node in f.nodes and f.state.upper() == "NODE_FAIL"]
+    return ev.victims_of(node)
 
 
 def _elastic_victims(ev: Evidence, pending_job: str) -> list[str]:

@@ -164,6 +164,8 @@ READ_ARGS = {
     "training_progress": lambda k: {"job": A_JOB[k]},
     "job_config": lambda k: {"job": A_JOB[k]},
     "partition_info": lambda k: {"partition": "h100"},
+
+    "sacctmgr_show": lambda k: {"entity": "qos"},
 }
 WRITE_ARGS = {
     "node_drain": lambda k: {"node": A_NODE[k], "reason": "test"},

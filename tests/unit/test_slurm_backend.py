@@ -223,3 +223,23 @@ def test_job_config_of_a_job_that_just_ended_waits_for_its_submit_line(monkeypat
     out = backend(t).run(REGISTRY.get("job_config"), {"job": "48213"})
     assert out.config["mem_gb"] == pytest.approx(0.0977, abs=1e-3), out.text
     assert out.config["batch_size"] == 16 and len(calls) >= 2
+
+# `sacctmgr -P show qos format=...` and `sshare -a -P -o ...` as Slurm 22.05 prints them.
+SACCTMGR_QOS = ("Name|Priority|GrpTRES|MaxTRESPU|MaxWall\nnormal|0|||\n"
+                "speech-a|10|gres/gpu=32||2-00:00:00\ndebug|50||gres/gpu=2|01:00:00\n")
+SSHARE = ("Account|User|RawShares|NormShares|RawUsage|EffectvUsage|FairShare\n"
+          "root|||0.000000|912344871|1.000000|1.000000\n"
+          " speech||40|0.400000|401221977|0.440000|0.460000\n"
+          "  speech|ilaria|1|0.133333|120110401|0.131000|0.410000\n")
+
+
+def test_sacctmgr_and_sshare_are_read_parsable_and_typed():
+    t = cluster((("sacctmgr", "-P", "show", "qos"), SACCTMGR_QOS), (("sshare", "-a", "-P"), SSHARE))
+    b = backend(t)
+    qos = b.run(REGISTRY.get("sacctmgr_show"), {"entity": "qos"})
+    assert [(q.name, q.grp_tres) for q in qos.qos] == [("normal", None), ("speech-a", "gres/gpu=32"), ("debug", None)]
+    assert ("sacctmgr", "-P", "show", "qos", "format=Name,Priority,GrpTRES,MaxTRESPU,MaxWall") in t.sent
+    shares = b.run(REGISTRY.get("sshare"), {"account": "speech"})
+    assert [(s.account, s.user, s.fairshare) for s in shares.shares] == [
+        ("root", None, 1.0), ("speech", None, 0.46), ("speech", "ilaria", 0.41)]
+    assert t.sent[-1][-2:] == ("-A", "speech")
