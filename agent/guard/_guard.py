@@ -166,7 +166,7 @@ class Guard:
         tier = p.tier_for(tool, target)
         if tier is not None:
             i, t = tier
-            who = ", ".join(a.name for a in p.approvers_of(t)) or "nobody (no approvers are configured)"
+            who = ", ".join(p.approvers_of(t)) or "nobody (no approvers are configured)"
             if p.mode == "dry_run":
                 return _Verdict(
                     "dry_run", f"Dry run: {tool} would need approval from {who}; nothing runs.",
@@ -320,7 +320,7 @@ class Guard:
             )
         target = _target_adapter.validate_python(pending.target or {"tool": pending.tool})
         tier = policy.tier_for(pending.tool, target)
-        allowed = policy.approvers_of(tier[1]) if tier else ()
+        allowed = policy.approver_entries(tier[1]) if tier else ()
         _identify(policy, allowed, approver, os_user, f"approve {pending.tool} ({pending.rule})")
         return policy, sha, target
 

@@ -214,7 +214,11 @@ class GuardPolicy(_Strict):
     def tier_for(self, tool: str, target: ActionTarget) -> tuple[int, ApprovalTier] | None:
         return next(((i, t) for i, t in enumerate(self.approval) if t.matches(tool, target)), None)
 
-    def approvers_of(self, tier: ApprovalTier) -> tuple[Approver, ...]:
+    def approvers_of(self, tier: ApprovalTier) -> tuple[str, ...]:
+        """The names of who may approve this tier."""
+        return tuple(a.name for a in self.approver_entries(tier))
+
+    def approver_entries(self, tier: ApprovalTier) -> tuple[Approver, ...]:
         """Who may approve this tier; a tier naming a person by name alone gets the details
         (OS accounts, Slack ids) the top-level entry of that name gives."""
         if not tier.approvers:

@@ -458,7 +458,8 @@ def watch(
             detail = deps.store.get_incident(incident_id)
             views = action_views(detail, deps.store.deliveries(incident_id))
             inc = detail.incident.model_copy(update={"status": lifecycle(detail.incident.status)})
-            for line in watch_lines(inc, views, approve_command(incident_id, flag, state_dir), deps.guard.policy):
+            own = (deps.guard.policy_for(incident_id) or (deps.guard.policy,))[0]  # the incident's own policy
+            for line in watch_lines(inc, views, approve_command(incident_id, flag, state_dir), own):
                 console.print(line, highlight=False)
         if not touched:
             console.print(Text("poll: nothing new", style="dim"))
