@@ -113,9 +113,9 @@ def build_graph(checkpointer: Any = None):
         updated = []
         for a in state["actions"]:
             if a["decision"] == "needs_approval" and a["action_id"] in verdicts:
-                approver, approved = verdicts[a["action_id"]]
+                approver, approved, os_user = verdicts[a["action_id"]]
                 try:
-                    d = deps.guard.approve(a["action_id"], state["incident_id"], approver, approved)
+                    d = deps.guard.approve(a["action_id"], state["incident_id"], approver, approved, os_user=os_user)
                     a = {**a, "decision": d.decision, "reason": d.reason, "rule": d.rule}
                 except Exception as e:  # a refused approver keeps the action waiting, with why
                     a = {**a, "reason": f"approval refused: {e}"}
@@ -267,19 +267,23 @@ def _run_reads(deps: Deps, state: IncidentState) -> list[dict[str, Any]]:
                 state["incident_id"], obs.tool, obs.args, effect, obs.ok,
                 output_excerpt=obs.text[:OUTPUT_EXCERPT], error=obs.error, at=at,
             )
+            if obs.ok:  # what the cluster showed is what a write may later name (Contract 4)
+                deps.guard.saw(state["incident_id"], ToolCall(tool=obs.tool, args=obs.args), obs.data)
     return new
 
 
-def _verdicts(answer: Any, pending: list[dict[str, Any]]) -> dict[str, tuple[str, bool]]:
-    """Accept {"approver": A, "approved": bool} for all, or {"decisions": {action_id: {...}}}."""
+def _verdicts(answer: Any, pending: list[dict[str, Any]]) -> dict[str, tuple[str, bool, str | None]]:
+    """Accept {"approver": A, "approved": bool, "os_user": U} for all, or {"decisions": {action_id: {...}}}.
+    `os_user` is the OS account the interface ran as (the CLI asks the OS, never a flag)."""
     if not isinstance(answer, dict):
         return {}
+
+    def one(v: dict[str, Any]) -> tuple[str, bool, str | None]:
+        return str(v.get("approver", "")), bool(v.get("approved")), v.get("os_user") or answer.get("os_user")
+
     if "decisions" in answer:
-        return {
-            aid: (str(v.get("approver", "")), bool(v.get("approved")))
-            for aid, v in (answer.get("decisions") or {}).items() if isinstance(v, dict)
-        }
-    return {a["action_id"]: (str(answer.get("approver", "")), bool(answer.get("approved"))) for a in pending}
+        return {aid: one(v) for aid, v in (answer.get("decisions") or {}).items() if isinstance(v, dict)}
+    return {a["action_id"]: one(answer) for a in pending}
 
 
 INVESTIGATION_FAILED = "investigation_failed"

@@ -277,8 +277,11 @@ def investigate(
     for a in waiting:
         console.print(Text(f"  {a['action_id']}  {a['tool']} {a['args'].get('node') or a['args'].get('job') or ''}"))
     if approver and sys.stdin.isatty():
+        from crashcart.agent.interfaces.os_user import current_os_user
+
         answer = typer.confirm(f"Approve as {approver}?", default=False)
-        run = resume_incident(deps, run.incident_id, {"approver": approver, "approved": answer}, saver)
+        run = resume_incident(deps, run.incident_id,
+                              {"approver": approver, "approved": answer, "os_user": current_os_user()}, saver)
         render_incident(console, run.state, title=f"{title} after approval")
     else:
         console.print(Text(f"approve from any terminal: {approve_command(run.incident_id, again, state_dir)}"
@@ -317,25 +320,53 @@ def _describe(trigger: dict) -> str:
 
 @app.command()
 def approve(
-    incident: str = typer.Argument(..., help="The incident id printed by investigate"),
+    incident: str = typer.Argument(..., help="The incident id printed by investigate or watch"),
     scenario: Optional[str] = typer.Option(None, help="The scenario the incident runs on"),
     cluster: Optional[Path] = typer.Option(None, "--cluster", help="Or the cluster.yaml of the live cluster it runs on"),
-    approver: str = typer.Option(..., help="Who approves (must be allowed by the guard policy)"),
+    approver: str = typer.Option(..., help="Who approves (the incident's guard policy must name them)"),
     reject: bool = typer.Option(False, "--reject", help="Reject instead of approving"),
-    mode: Optional[str] = typer.Option(None, help="The mode the incident ran in"),
-    guard: Optional[Path] = typer.Option(None, help="The guard.yaml the incident ran under"),
+    mode: Optional[str] = typer.Option(None, help="Not needed: the incident keeps the mode it started in (a different one is refused)"),
+    guard: Optional[Path] = typer.Option(None, help="Not needed: the incident keeps its guard policy (a different one is refused)"),
     state_dir: Path = typer.Option(DEFAULT_STATE_DIR),
 ) -> None:
-    """Approve (or reject) the actions an incident waits on, and let it finish."""
+    """Approve (or reject) the actions an incident waits on, and let it finish, under the guard
+    policy and mode the incident started with. Your OS account is journaled next to --approver."""
+    from crashcart.agent.guard import other_policy_flags
+    from crashcart.agent.interfaces.os_user import current_os_user
     from crashcart.agent.interfaces.transcript import render_incident
     from crashcart.agent.runner import pending_approval, resume_incident
 
-    deps = _open_target(scenario, cluster, mode, guard, state_dir).deps
+    if not (state_dir / "incidents.duckdb").exists():
+        _fail(f"{state_dir / 'incidents.duckdb'}: no incident store yet")
+    deps = _open_target(scenario, cluster, None, None, state_dir).deps
+    store, os_user = deps.store, current_os_user()
+    own = deps.guard.policy_for(incident)
+    if own is None:
+        _fail(f"incident {incident} is not in the store" if store.get_incident(incident) is None else
+              f"incident {incident} has no stored guard policy (it began before incidents kept theirs); "
+              "investigate it again")
+    policy, sha = own
+    given = _policy(guard, lambda: None, None) if guard else None
+    differences = other_policy_flags(policy, given, mode)
+    if differences:
+        why = (f"incident {incident} runs under its own guard policy (mode {policy.mode}, sha256 {sha[:12]}): "
+               f"{'; '.join(differences)}. Approve without --guard and --mode; the incident's own policy decides.")
+        store.record_approval_attempt(incident, outcome="refused", reason=why, at=deps.guard.clock(),
+                                      approver=approver, os_user=os_user, approved=not reject, policy_sha256=sha)
+        _fail(why, code=1)
     saver = _checkpointer(state_dir / "checkpoints.sqlite")
     if not pending_approval(deps, incident, saver):
         _fail(f"incident {incident} is not waiting for an approval")
-    run = resume_incident(deps, incident, {"approver": approver, "approved": not reject}, saver)
+    run = resume_incident(deps, incident, {"approver": approver, "approved": not reject, "os_user": os_user}, saver)
     render_incident(_console(), run.state, title=f"{incident} after {'rejection' if reject else 'approval'} by {approver}")
+    # Every waiting action was answered: one still waiting is one the guard refused the answer for.
+    refused = [a for a in run.state.get("actions") or [] if a["decision"] == "needs_approval"]
+    if refused:
+        from rich.markup import escape
+
+        for a in refused:
+            _console().print(f"[red]{escape(a['tool'])}: {escape(a['reason'])}[/]", highlight=False)
+        raise typer.Exit(1)
 
 
 def _open_store(state_dir: Path):
@@ -427,7 +458,8 @@ def watch(
             detail = deps.store.get_incident(incident_id)
             views = action_views(detail, deps.store.deliveries(incident_id))
             inc = detail.incident.model_copy(update={"status": lifecycle(detail.incident.status)})
-            for line in watch_lines(inc, views, approve_command(incident_id, flag, state_dir), deps.guard.policy):
+            own = (deps.guard.policy_for(incident_id) or (deps.guard.policy,))[0]  # the incident's own policy
+            for line in watch_lines(inc, views, approve_command(incident_id, flag, state_dir), own):
                 console.print(line, highlight=False)
         if not touched:
             console.print(Text("poll: nothing new", style="dim"))
@@ -505,17 +537,29 @@ def incidents_show(
 @guard_app.command("reset")
 def guard_reset(
     cluster: str = typer.Option(..., help="The cluster whose breaker to reset"),
-    person: str = typer.Option(..., help="Who resets it (journaled)"),
+    person: str = typer.Option(..., help="Who resets it: a person its guard policy names (journaled with your OS account)"),
     state_dir: Path = typer.Option(DEFAULT_STATE_DIR),
 ) -> None:
-    """Reset a tripped blast-radius breaker (a person's decision, journaled)."""
-    from datetime import datetime, timezone
+    """Reset a tripped blast-radius breaker (a person's decision, journaled). Who may is what the
+    policy of the incident that tripped it says (else the cluster's latest incident's policy)."""
+    from crashcart.agent.guard import ApprovalError, Guard, policy_from_dict
+    from crashcart.agent.interfaces.os_user import current_os_user
 
-    from crashcart.agent.store import IncidentStore
-
-    store = IncidentStore(str(state_dir / "incidents.duckdb"))
-    state = store.reset_breaker(cluster, person, datetime.now(timezone.utc))
-    _console().print(f"breaker for {cluster}: tripped={state.tripped} (reset by {person})")
+    store = _open_store(state_dir)
+    known = store.known_clusters()
+    if cluster not in known:
+        _fail(f"unknown cluster {cluster!r} (the store knows: {', '.join(known) or 'no cluster yet'})")
+    state = store.breaker_state(cluster)
+    stored = (store.incident_policy(state.incident_id) if state.incident_id else None) or store.latest_cluster_policy(cluster)
+    if stored is None:
+        _fail(f"no incident of {cluster} stored a guard policy, so nobody is named to reset its breaker")
+    guard = Guard(policy_from_dict(stored.policy, source=f"incident {stored.incident_id}: its stored guard policy"),
+                  store, cluster)
+    try:
+        state = guard.reset_breaker(person, os_user=current_os_user())
+    except ApprovalError as e:
+        _fail(str(e), code=1)
+    _console().print(f"breaker for {cluster}: tripped={state.tripped} (reset by {person})", highlight=False)
 
 
 @guard_app.command("check")
@@ -528,6 +572,8 @@ def guard_check(path: Path = typer.Argument(..., help="A guard.yaml to validate"
     except PolicyError as e:
         _fail(str(e))
     _console().print(f"{path}: ok (mode {policy.mode}, {len(policy.permissions)} permission rules)", markup=False)
+    approvers = ", ".join(a.name for a in policy.approvers) or "nobody (nobody can approve or reset the breaker)"
+    _console().print(f"approvers: {approvers}", highlight=False, markup=False)
 
 
 def main() -> None:
