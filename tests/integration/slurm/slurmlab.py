@@ -164,6 +164,9 @@ class SlurmLab:
             job, state = line.split("|", 1)
             accounted[job] = state
         known = set(accounted) | {line.split("|")[0] for line in self.cli("squeue", "-h", "-o", "%i|%T").splitlines()}
+        # A watched job that just ended (NODE_FAIL) has left the queue and may not be in accounting
+        # yet: it exists either way, and its later appearance in sacct is not a change by crashcart.
+        known |= set(watched)
         # slurmctld's word for the watched jobs: accounting may not list a new one yet.
         return {"nodes": nodes, "jobs": known, "watched": {j: self.job(j).get("JobState") for j in watched}}
 
