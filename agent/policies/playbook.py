@@ -27,6 +27,8 @@ from crashcart.tools._spec import REGISTRY, ToolCall
 
 MAX_NODES_PER_STEP = 16
 MAX_PEER_JOBS = 6
+# What a pod shows when the node under it stopped answering (the kubelet can no longer report it).
+LOST_POD_STATES = {"UNKNOWN", "NODELOST"}
 SUSPICIOUS = re.compile(
     r"\b(\w*error|\w*exception|traceback|fatal|failed|killed|abort|timed? ?out|panic|segfault|nan\b|oom)",
     re.I,
@@ -95,6 +97,9 @@ class PlaybookPolicy:
             ]
         for job in ev.focus_jobs():
             calls += self._job_calls(job, ev, backend)
+        if any(r.state.upper() in LOST_POD_STATES for j in ev.focus_jobs() for r in ev.replicas(j)):
+            # A peer pod whose node stopped answering: are its nodes down, one or several together?
+            calls.append(self._node_listing(backend, {}))
         for job in ev.upstream_jobs():
             calls += self._job_calls(job, ev, backend, upstream=True)
         if t["kind"] == "job_stalled":
