@@ -236,6 +236,8 @@ class PlaybookPolicy:
         if label.analysis:
             answer, lines, chart = ANALYSES[label.analysis](ev)
             summary, evidence = f"{label.title}: {answer}", lines + evidence
+            if chart and chart.get("binds"):
+                signals.append(f"analysis#{chart['binds']}")
         changes: dict[str, Any] = {}
         if remedy.kind == "resubmit_with_changes" and ev.focus_jobs():
             changes, notes = compute_changes(remedy, ev, ev.focus_jobs()[0], captured_values(best))
