@@ -22,6 +22,8 @@ class Observation(BaseModel):
     text: str = ""
     data: dict[str, Any] = Field(default_factory=dict)
     error: str | None = None
+    backend_failed: bool = False
+    """The call was well formed and the cluster could not answer it (unreachable, misconfigured)."""
 
 
 class Diagnosis(BaseModel):

@@ -75,6 +75,16 @@ class SinfoInput(ToolInput):
     node: str | None = None
 
 
+class PartitionInput(ToolInput):
+    partition: str
+
+
+class PartitionOutput(TextOutput):
+    partition: str
+    max_time: str | None = None
+    """MaxTime as Slurm prints it ("2-00:00:00", "UNLIMITED"); None when not configured."""
+
+
 class DescribeInput(ToolInput):
     kind: Literal["pod", "node", "job", "pytorchjob", "rayjob", "raycluster"]
     name: str
@@ -294,6 +304,11 @@ sinfo = tool(
     "sinfo", input=SinfoInput, output=NodesOutput, backends=("slurm",),
     description="""Slurm nodes (sinfo -N): state (idle, alloc, mix, down, drain) and the reason a
     node is down or drained, per partition.""",
+)
+partition_info = tool(
+    "partition_info", input=PartitionInput, output=PartitionOutput, backends=("slurm",),
+    description="""A Slurm partition's configuration (scontrol show partition): MaxTime, DefaultTime,
+    MaxNodes, State. A job asking for more than MaxTime pends forever (PartitionTimeLimit).""",
 )
 kubectl_get_nodes = tool(
     "kubectl_get_nodes", input=SinfoInput, output=NodesOutput, backends=("kubernetes", "ray"),

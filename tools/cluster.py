@@ -141,6 +141,15 @@ class Event(Strict):
 
 
 
+class Partition(Strict):
+    """A Slurm partition's limits, as `scontrol show partition` prints them."""
+
+    name: str
+    max_time: str | None = None
+    """MaxTime: "2-00:00:00", or UNLIMITED."""
+    default_time: str | None = None
+    max_nodes: str | None = None
+    state: str = "UP"
 # --- the scheduler's own limits (what binds when nodes sit idle) ----------------------------
 
 
@@ -253,6 +262,8 @@ class Cluster(Strict):
     nodes: list[Node] = Field(default_factory=list)
     jobs: list[Job] = Field(default_factory=list)
     events: list[Event] = Field(default_factory=list)
+    partitions: list[Partition] = Field(default_factory=list)
+    """Slurm partitions' configured limits; optional (a partition without one still has its nodes)."""
     scheduler: Scheduler = Field(default_factory=Scheduler)
 
 

@@ -86,6 +86,8 @@ class Evidence:
     calls: set[str] = field(default_factory=set)
     """Keys of the calls already made (tool + sorted args), to never repeat one."""
     history_rows: list[dict[str, Any]] = field(default_factory=list)
+    partitions: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Slurm partitions' configured limits (partition_info), by name."""
     limits: dict[str, Any] = field(default_factory=dict)
     """The scheduler's limits as read (qos, associations, shares, cluster_queues, autoscaler)."""
 
@@ -284,6 +286,8 @@ def build_evidence(observations: list[dict[str, Any]], trigger: dict[str, Any], 
             )
         elif tool == "job_config":
             ev.configs[args["job"]] = data.get("config") or {}
+        elif tool == "partition_info":
+            ev.partitions[data.get("partition") or args["partition"]] = data
         elif tool in LIMIT_TOOLS:
             for key in LIMIT_TOOLS[tool]:
                 if data.get(key):

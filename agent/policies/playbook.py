@@ -19,7 +19,7 @@ from crashcart.agent.policies.constraint import binding_constraint
 from crashcart.agent.policies.conditions import CONDITIONS, idle_gpu_nodes
 from crashcart.agent.policies.evidence import Evidence, RUNNING_STATES, build_evidence, call_key
 from crashcart.agent.policies.matching import LabelMatch, match_label, near_miss
-from crashcart.agent.policies.remedy import captured_values, compute_changes, plan_actions
+from crashcart.agent.policies.remedy import captured_values, compute_changes, fallback_team, plan_actions
 from crashcart.agent.policies.scope import one_node
 from crashcart.agent.state import Diagnosis
 from crashcart.playbooks import KnowledgeBase, load_playbooks
@@ -95,6 +95,9 @@ class PlaybookPolicy:
                 ToolCall(tool="nvidia_smi_query", args={"node": node}),
                 self._node_listing(backend, {"node": node}),
             ]
+            if backend == "kubernetes":
+                # A node that stopped reporting says so only in its events (NodeNotReady).
+                calls.append(ToolCall(tool="kubectl_events", args={"object": f"node/{node}"}))
         for job in ev.focus_jobs():
             calls += self._job_calls(job, ev, backend)
         if any(r.state.upper() in LOST_POD_STATES for j in ev.focus_jobs() for r in ev.replicas(j)):
@@ -182,7 +185,10 @@ class PlaybookPolicy:
         if remedy.kind == "preempt":
             running = [j for j, f in ev.jobs.items() if f.state.upper() in RUNNING_STATES and j not in jobs]
             calls += [ToolCall(tool="job_config", args={"job": j}) for j in running[:12]]
-        if any(c.previous_checkpoint for c in remedy.changes.values()):
+        if any(c.compute == "half_precision" for c in remedy.changes.values()):
+            # Which dtype the GPUs compute in is in the node listing (their model).
+            calls += [self._node_listing(backend, {"node": n}) for n in ev.relevant_nodes()[:MAX_NODES_PER_STEP]]
+        if any(c.previous_checkpoint or c.compute == "newest_complete_checkpoint" for c in remedy.changes.values()):
             calls += [ToolCall(tool="training_progress", args={"job": j}) for j in jobs]
         return calls
 
@@ -239,11 +245,15 @@ class PlaybookPolicy:
             if chart and chart.get("binds"):
                 signals.append(f"analysis#{chart['binds']}")
         changes: dict[str, Any] = {}
+        remedy_kind = remedy.kind
         if remedy.kind == "resubmit_with_changes" and ev.focus_jobs():
             changes, notes = compute_changes(remedy, ev, ev.focus_jobs()[0], captured_values(best))
+            if not changes:
+                # Resubmitting it unchanged would fail the same way: escalate with the evidence.
+                remedy_kind = f"escalate_{fallback_team(label.team)}"
+                notes.append("no change to the job's own settings could be computed from the evidence")
             if notes:
                 summary += " (" + "; ".join(notes) + ")"
-        remedy_kind = remedy.kind
         if remedy_kind == "exclude_node" and not root_node:
             # A node fault without the node: never drain at random; a person looks.
             remedy_kind = f"escalate_{label.team}" if label.team in {"hardware", "network", "infra"} else "escalate_infra"

@@ -23,9 +23,9 @@ from crashcart.tools.catalog import (
     ActionOutput, CancelInput, ConfigOutput, DescribeInput, DescribeOutput, EscalateInput, EventsInput,
     EventsOutput, GpuOutput, HistoryInput, JobInput, JobRow, JobsOutput, ListJobsInput, LogOutput,
     LogsInput, MetricsInput, NodeInput, NodeLogInput, NodeLogOutput, NodeRow, NodesOutput, NodeWriteInput,
-    NotifyInput, ProgressOutput, QueueInput, RayJobOutput, ResubmitInput, SacctInput, SinfoInput,
-    AutoscalerOutput, ClusterQueuesOutput, NoInput, SacctmgrInput, SacctmgrOutput, SprioOutput, SshareInput,
-    SshareOutput,
+    NotifyInput, PartitionInput, PartitionOutput, ProgressOutput, QueueInput, RayJobOutput, ResubmitInput,
+    SacctInput, SinfoInput, AutoscalerOutput, ClusterQueuesOutput, NoInput, SacctmgrInput, SacctmgrOutput,
+    SprioOutput, SshareInput, SshareOutput,
 )
 from crashcart.tools.render import scheduler as render_scheduler
 from crashcart.tools.cluster import Cluster, Event, GpuSample, Job, Node, Taint
@@ -236,6 +236,13 @@ class FixtureBackend(Backend):
     def _tool_sinfo(self, a: SinfoInput) -> NodesOutput:
         nodes = self._nodes(a)
         return self._node_rows(nodes, render.sinfo_lines(nodes), pinned=1)
+
+    def _tool_partition_info(self, a: PartitionInput) -> PartitionOutput:
+        part = next((p for p in self.cluster.partitions if p.name == a.partition), None)
+        if part is None and not any(n.partition == a.partition for n in self.cluster.nodes):
+            raise ToolError(f"partition {a.partition!r} is not known to this cluster")
+        line = render.scontrol_partition_line(part, a.partition, self.cluster.nodes)
+        return PartitionOutput(text=line, partition=a.partition, max_time=part.max_time if part else None)
 
     def _tool_kubectl_get_nodes(self, a: SinfoInput) -> NodesOutput:
         nodes = self._nodes(a)

@@ -31,8 +31,8 @@ from crashcart.tools.backends.slurm._parse import ACTIVE
 from crashcart.tools.backends.slurm._submit import SubmitLine, parse_submit_line
 from crashcart.tools.catalog import (
     GpuOutput, HistoryInput, JobRow, JobsOutput, ListJobsInput, MetricsInput, NodeInput, NodeLogInput,
-    NodeLogOutput, NodeRow, NodesOutput, QueueInput, SacctInput, SacctmgrInput, SacctmgrOutput, SinfoInput,
-    SprioOutput, SshareInput, SshareOutput,
+    NodeLogOutput, NodeRow, NodesOutput, PartitionInput, PartitionOutput, QueueInput, SacctInput, SacctmgrInput,
+    SacctmgrOutput, SinfoInput, SprioOutput, SshareInput, SshareOutput,
 )
 from crashcart.tools.transport import Transport
 
@@ -136,7 +136,7 @@ class SlurmBackend(JobFiles, Backend):
         text = self.cli.out([command, "--json"])
         try:
             return read(json.loads(text))
-        except (ValueError, KeyError, TypeError) as e:
+        except (ValueError, KeyError, TypeError, AttributeError) as e:  # AttributeError: another shape
             raise ToolError(f"{command} --json printed something crashcart cannot read ({e}): {text[:200]!r}") from None
 
     def node(self, name: str) -> parse.NodeInfo:
@@ -421,6 +421,14 @@ class SlurmBackend(JobFiles, Backend):
         text, truncated = self._bounded(lines, pinned=1)
         return NodesOutput(text=text, truncated=truncated, rows=rows)
 
+    def _tool_partition_info(self, a: PartitionInput) -> PartitionOutput:
+        result = self.cli.read(["scontrol", "show", "partition", "-o", a.partition], check=False)
+        line = next((l for l in result.stdout.splitlines() if l.startswith("PartitionName=")), "")
+        if not result.ok or not line:
+            raise ToolError(f"`scontrol show partition {a.partition}` failed: "
+                            f"{(result.stderr or result.stdout).strip()[-300:] or 'no such partition'}")
+        rec = parse.scontrol_record(line)
+        return PartitionOutput(text=line, partition=rec.get("PartitionName", a.partition), max_time=rec.get("MaxTime"))
     def _tool_sacctmgr_show(self, a: SacctmgrInput) -> SacctmgrOutput:
         if a.entity == "qos":
             out = self.cli.out(limits.QOS_ARGV)
