@@ -567,8 +567,9 @@ def main() -> None:
     except Exception as e:
         from crashcart.agent.guard import PolicyError
         from crashcart.playbooks import PlaybookError
+        from crashcart.tools.yamlio import FileError
 
-        if not isinstance(e, (PlaybookError, PolicyError)):
+        if not isinstance(e, (PlaybookError, PolicyError, FileError)):
             raise
         _console().print(Text.assemble(("error:", "red"), f" {e}"), highlight=False)
         raise SystemExit(2) from None
