@@ -22,6 +22,17 @@ notifiers:                        # agent/notify: where escalate/notify go (the 
      password_env: SMTP_PASSWORD, sender: crashcart@example.org, to: [gpu-oncall@example.org]}
 ```
 
+or, for Kubernetes (tools/backends/kubernetes/_config.py: KubernetesSettings):
+
+```yaml
+name: gpu-k8s
+backend: kubernetes
+kubernetes:
+  connection: {method: kubeconfig, kubeconfig: ~/.kube/config, context: gpu-prod}   # or method: in_cluster
+  namespaces: [training, research]
+guard: guard.yaml                 # a path (relative to this file) or the policy inline
+```
+
 Strict like every crashcart file: an unknown key is an error naming the file and the
 field. Secrets are never in the file: a passphrase or password is named by the
 environment variable or file that holds it and read only when a connection is made.
@@ -35,6 +46,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from crashcart.agent.guard import GuardPolicy, PolicyError, load_policy, policy_from_dict
+from crashcart.tools.backends.kubernetes._config import KubernetesSettings
 from crashcart.tools.backends.slurm import SlurmBackend, SlurmSettings
 from crashcart.tools.yamlio import DataFileError, FileError, describe_validation_error, read_yaml_file
 
@@ -47,8 +59,9 @@ class ClusterConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: str
-    backend: Literal["slurm"]
+    backend: Literal["slurm", "kubernetes"]
     slurm: SlurmSettings = SlurmSettings()
+    kubernetes: KubernetesSettings = KubernetesSettings()
     guard: str | dict[str, Any] | None = None
     """A guard policy: a path to a guard.yaml (relative to this file) or the same mapping
     inline. Absent: the built-in policy (dry_run)."""
@@ -62,8 +75,21 @@ class ClusterConfig(BaseModel):
 
         return parse_notifiers(v)
 
-    def make_backend(self, transport=None) -> SlurmBackend:
-        return SlurmBackend(self.slurm, transport=transport)
+    def make_backend(self, transport=None):
+        return _BACKENDS[self.backend](self, transport)
+
+
+def _kubernetes(config: ClusterConfig, _transport=None):
+    from crashcart.tools.backends.kubernetes import KubernetesBackend  # the client loads on first use
+
+    return KubernetesBackend(config.kubernetes)
+
+
+# backend: -> how a cluster config makes it (one line each).
+_BACKENDS = {
+    "slurm": lambda config, transport: SlurmBackend(config.slurm, transport=transport),
+    "kubernetes": _kubernetes,
+}
 
 
 def parse_cluster_config(data: Any, source: str | Path = "<cluster config>") -> tuple[ClusterConfig, GuardPolicy]:

@@ -78,9 +78,7 @@ def build_graph(checkpointer: Any = None):
 
     def run_tools(state: IncidentState, runtime: Runtime[Deps]) -> dict[str, Any]:
         deps = runtime.context
-        with deps.store.batch():
-            new = _run_reads(deps, state)
-        return {"observations": new, "pending": []}
+        return {"observations": _run_reads(deps, state), "pending": []}
 
     def diagnose(state: IncidentState, runtime: Runtime[Deps]) -> dict[str, Any]:
         deps = runtime.context
@@ -238,6 +236,7 @@ def _run_reads(deps: Deps, state: IncidentState) -> list[dict[str, Any]]:
     """Run the pending read calls through the guard; each becomes an observation, journaled."""
     seq = len(state.get("observations") or [])
     new: list[dict[str, Any]] = []
+    journal: list[tuple[Observation, str, Any]] = []
     for raw in state.get("pending") or []:
         call = ToolCall.model_validate(raw)
         seq += 1
@@ -258,11 +257,16 @@ def _run_reads(deps: Deps, state: IncidentState) -> list[dict[str, Any]]:
             data = out.model_dump(mode="json") if out is not None else {}
             obs = Observation(seq=seq, tool=call.tool, args=call.args, ok=ok, text=data.get("text", ""), data=data,
                               error=err, backend_failed=backend_failed)
-        deps.store.record_tool_call(
-            state["incident_id"], call.tool, call.args, effect or "unknown", obs.ok,
-            output_excerpt=obs.text[:OUTPUT_EXCERPT], error=obs.error, at=deps.backend.now(),
-        )
+        journal.append((obs, effect or "unknown", deps.backend.now()))
         new.append(obs.model_dump(mode="json"))
+    # Journaled together once the reads are done: the store (which other processes share) is
+    # not held while the cluster answers.
+    with deps.store.batch():
+        for obs, effect, at in journal:
+            deps.store.record_tool_call(
+                state["incident_id"], obs.tool, obs.args, effect, obs.ok,
+                output_excerpt=obs.text[:OUTPUT_EXCERPT], error=obs.error, at=at,
+            )
     return new
 
 

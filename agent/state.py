@@ -46,6 +46,8 @@ class Diagnosis(BaseModel):
     """Other labels that matched, best first, for the transcript."""
     ruled_out: list[str] = Field(default_factory=list)
     """Labels something pointed at that did not hold up, and why (what a healthy verdict rests on)."""
+    chart: dict[str, Any] | None = None
+    """A capacity answer's figures as a chart: {title, hours, series: {name: [value per hour]}, capacity}."""
 
 
 class ActionRecord(BaseModel):

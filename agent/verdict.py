@@ -18,6 +18,7 @@ from typing import IO, Any, Iterable
 
 from pydantic import BaseModel, Field
 
+from crashcart.agent.policies.config_keys import load_key_table
 from crashcart.agent.policies.evidence import Evidence, TextDoc
 from crashcart.agent.policies.matching import match_label
 from crashcart.agent.policies.playbook import SUSPICIOUS
@@ -54,6 +55,22 @@ def read_log_bytes(data: bytes, source: str) -> str:
         raise LogError(f"{source}: this looks like a binary file, not a log")
     return data.decode("utf-8", errors="replace")
 
+
+# Settings every trainer has in some form: a log alone is enough to recommend changing them.
+COMMON_SETTINGS = {"per_gpu_batch", "dataloader_workers", "activation_checkpointing"}
+
+
+def _described_changes(rules: dict[str, Change], captures: dict[str, str]) -> dict[str, Any]:
+    """Without the job's config, a change is named by its setting's most common key
+    (`batch_size` for the per-GPU batch) and described, not computed."""
+    table = load_key_table()
+    described: dict[str, Any] = {}
+    for name, rule in rules.items():
+        if rule.only_if_present and name not in COMMON_SETTINGS and rule.capture not in captures:
+            continue
+        setting = table.settings.get(name)
+        described[setting.keys[0].key if setting else name] = _describe_change(rule, captures)
+    return described
 
 # A log bigger than this many lines is read as a window: its head, its tail, and the lines in
 # between that could be evidence (capped at both ends). Memory stays bounded whatever the size.
@@ -157,8 +174,10 @@ def _describe_change(rule: Change, captures: dict[str, str]) -> Any:
     if rule.capture and rule.capture in captures:
         # The log itself printed the value that fits: report it, not a formula.
         return parse_number(captures[rule.capture])
-    if rule.previous_checkpoint:
+    if rule.previous_checkpoint or rule.compute == "newest_complete_checkpoint":
         return "<previous checkpoint>"
+    if rule.compute:
+        return f"<computed: {rule.compute.replace('_', ' ')}>"
     if rule.set is not None:
         return rule.set
     if rule.divide:
@@ -262,8 +281,7 @@ def diagnose_text(text: str, source: str | None = None, kb: KnowledgeBase | None
     label = best.entry.label
     remedy = label.remedy.kind
     captures = captured_values(best)
-    changes = {k: _describe_change(c, captures) for k, c in label.remedy.changes.items()
-               if not c.only_if_present or k in {"batch_size", "num_workers"} or c.capture in captures}
+    changes = _described_changes(label.remedy.changes, captures)
     # A symptom alone (an NCCL timeout) says little about its cause: say so in the confidence.
     confidence = 0.45 if label.symptom else min(0.95, 0.6 + 0.15 * best.matched_signals)
     return Verdict(

@@ -44,7 +44,7 @@ def eval_command(
     """Run scenarios through the agent and print a scorecard."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from crashcart.agent.interfaces.scorecard import render_scorecard
+    from crashcart.agent.interfaces.scorecard import budget_line, render_scorecard
     from crashcart.evals.runner import run_suite
 
     if policy != "playbook":
@@ -75,6 +75,7 @@ def eval_command(
     if quiet:
         s = report.summary
         console.print(f"{s.passed}/{s.total} passed ({s.pass_rate:.1%}), {s.violations} forbidden actions, {s.errors} errors")
+        console.print(budget_line(s))
         if report.logs is not None:
             ls = report.logs.summary
             console.print(f"log verdicts: family {ls.family_accuracy:.1%}, remedy {ls.remedy_accuracy:.1%} on {ls.total} logs")
@@ -253,12 +254,9 @@ def _open_target(scenario: Optional[str], cluster: Optional[Path], mode: Optiona
 
 
 def _checkpointer(path: Path):
-    import sqlite3
+    from crashcart.agent.checkpointer import open_checkpointer
 
-    from langgraph.checkpoint.sqlite import SqliteSaver
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    return SqliteSaver(sqlite3.connect(str(path), check_same_thread=False))
+    return open_checkpointer(path)
 
 
 @app.command()
@@ -569,7 +567,9 @@ def main() -> None:
         from crashcart.playbooks import PlaybookError
         from crashcart.tools.yamlio import FileError
 
-        if not isinstance(e, (PlaybookError, PolicyError, FileError)):
+        from crashcart.agent.store import StoreBusy
+
+        if not isinstance(e, (PlaybookError, PolicyError, FileError, StoreBusy)):
             raise
         _console().print(Text.assemble(("error:", "red"), f" {e}"), highlight=False)
         raise SystemExit(2) from None
