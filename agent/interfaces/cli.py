@@ -49,10 +49,17 @@ def eval_command(
 
     if policy != "playbook":
         _fail(f"policy {policy!r} is not available yet (known: playbook)")
+    from crashcart.evals.scenario import SCENARIO_SUFFIXES, discover
+
     console = _console()
     for p in paths or []:
         if not Path(p).exists():
             _fail(f"{p}: no such file or folder")
+        if Path(p).is_dir() and not discover([p]):
+            _fail(f"{p}: no scenario files here (*{' or *'.join(SCENARIO_SUFFIXES)})")
+    for option, target in (("--json", json_file), ("--html", html_file)):
+        if target is not None:
+            _writable_file(option, target, create_parent=option == "--json")
     with Progress(TextColumn("[bold]eval"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.description}"),
                   TimeElapsedColumn(), console=console, transient=True, disable=quiet) as progress:
         task = progress.add_task("", total=None)
@@ -83,6 +90,20 @@ def eval_command(
 
         write_html(report, html_file)
         console.print(f"report written to {html_file}", markup=False, highlight=False)
+    if report.summary.errors:
+        # A scenario that could not be loaded or run is not a result: say so in the exit code.
+        console.print(Text(f"{report.summary.errors} scenario(s) could not be loaded or run", style="red"))
+        raise typer.Exit(1)
+
+
+def _writable_file(option: str, target: Path, create_parent: bool = False) -> None:
+    """Fail before any work when an output file cannot be written where it was asked for."""
+    if target.is_dir():
+        _fail(f"{option} {target}: is a folder; give a file name")
+    if not target.parent.is_dir():
+        if create_parent and not target.parent.exists():
+            return
+        _fail(f"{option} {target}: the folder {target.parent} does not exist")
 
 
 @app.command()
@@ -221,6 +242,8 @@ def _open_target(scenario: Optional[str], cluster: Optional[Path], mode: Optiona
         _fail("give either a scenario file (a recorded incident) or --cluster cluster.yaml (a live cluster), not both")
     if cluster and not cluster.exists():
         _fail(f"{cluster}: no such file")
+    if state_dir.exists() and not state_dir.is_dir():
+        _fail(f"--state-dir {state_dir}: is a file, not a folder")
     state_dir.mkdir(parents=True, exist_ok=True)
     store_path = str(state_dir / "incidents.duckdb")
     if cluster:
@@ -413,6 +436,8 @@ def export_command(
     from crashcart.evals.export import scenario_from_incident
     from crashcart.tools.tape import Tape
 
+    if out is not None:
+        _writable_file("--out", out)
     store = _open_store(state_dir)
     detail, text = store.get_incident(incident), store.load_tape(incident)
     if detail is None or text is None:
@@ -431,10 +456,10 @@ def export_command(
 def watch(
     scenario: Optional[str] = typer.Argument(None, help="A recorded cluster to watch: a scenario file (fixture backend)"),
     cluster: Optional[Path] = typer.Option(None, "--cluster", help="A cluster.yaml: watch the live cluster"),
-    interval: float = typer.Option(60.0, help="Seconds between polls"),
-    polls: Optional[int] = typer.Option(None, help="Stop after this many polls (default: run until stopped)"),
+    interval: float = typer.Option(60.0, min=0, help="Seconds between polls"),
+    polls: Optional[int] = typer.Option(None, min=1, help="Stop after this many polls (default: run until stopped)"),
     stall_minutes: float = typer.Option(45.0, help="A running job without progress or log output this long is stalled"),
-    lookback_minutes: float = typer.Option(60.0, help="How far back the first poll of a new store looks"),
+    lookback_minutes: float = typer.Option(60.0, min=0, help="How far back the first poll of a new store looks"),
     mode: Optional[str] = typer.Option(None, help="observe | dry_run | autonomous (overrides the guard file)"),
     guard: Optional[Path] = typer.Option(None, help="A guard.yaml (default: the scenario's or cluster's, else the built-in)"),
     state_dir: Path = typer.Option(DEFAULT_STATE_DIR),
@@ -442,6 +467,8 @@ def watch(
     """The on-call loop: poll for what changed, one incident per root cause, act through the guard."""
     from crashcart.agent.watch import Watcher, WatchSettings, lifecycle
 
+    if stall_minutes <= 0:
+        _fail(f"--stall-minutes {stall_minutes:g}: must be more than 0")
     target = _open_target(scenario, cluster, mode, guard, state_dir)
     name, deps = target.name, target.deps
     settings = WatchSettings(interval_s=interval, stall_minutes=stall_minutes, lookback_minutes=lookback_minutes)
@@ -584,10 +611,11 @@ def main() -> None:
     except Exception as e:
         from crashcart.agent.guard import PolicyError
         from crashcart.playbooks import PlaybookError
+        from crashcart.tools.yamlio import FileError
 
         from crashcart.agent.store import StoreBusy
 
-        if not isinstance(e, (PlaybookError, PolicyError, StoreBusy)):
+        if not isinstance(e, (PlaybookError, PolicyError, FileError, StoreBusy)):
             raise
         _console().print(Text.assemble(("error:", "red"), f" {e}"), highlight=False)
         raise SystemExit(2) from None

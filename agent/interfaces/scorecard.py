@@ -22,7 +22,7 @@ def _table(title: str, rows: dict[str, dict[str, int]]) -> Table:
     table.add_column("", no_wrap=True)
     table.add_column("errors", justify="right")
     for name, row in rows.items():
-        table.add_row(name, f"{row['passed']}/{row['total']}", _bar(row["passed"], row["total"]),
+        table.add_row(Text(name), f"{row['passed']}/{row['total']}", _bar(row["passed"], row["total"]),
                       str(row["errors"]) if row["errors"] else "")
     return table
 
@@ -40,7 +40,8 @@ def render_scorecard(console: Console, report) -> None:
             table.add_column(col, overflow="fold")
         for r in failed:
             got = r.error or f"{r.diagnosis} / {r.remedy} / {r.root_cause}"
-            table.add_row(r.id, got, "; ".join(r.failures[:4]))
+            # Ids, errors and failures quote files and logs: Text, never markup.
+            table.add_row(Text(r.id), Text(got), Text("; ".join(r.failures[:4])))
         console.print(table)
     if report.logs is not None:
         render_log_scores(console, report.logs)
@@ -68,7 +69,7 @@ def render_log_scores(console: Console, logs) -> None:
     for col in ("family", "family right", "", "remedy right"):
         table.add_column(col, justify="right" if col.endswith("right") else "left")
     for name, row in s.by_family.items():
-        table.add_row(name, f"{row['family_ok']}/{row['total']}", _bar(row["family_ok"], row["total"]),
+        table.add_row(Text(name), f"{row['family_ok']}/{row['total']}", _bar(row["family_ok"], row["total"]),
                       f"{row['remedy_ok']}/{row['total']}")
     console.print(table)
     cols, rows = confusion_rows(s)
