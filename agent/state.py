@@ -44,6 +44,8 @@ class Diagnosis(BaseModel):
     """Other labels that matched, best first, for the transcript."""
     ruled_out: list[str] = Field(default_factory=list)
     """Labels something pointed at that did not hold up, and why (what a healthy verdict rests on)."""
+    decided_by: str | None = None
+    """Which policy concluded (playbook, llm:MODEL) when more than one could have, and why."""
 
 
 class ActionRecord(BaseModel):
@@ -73,3 +75,5 @@ class IncidentState(TypedDict, total=False):
     actions: list[dict[str, Any]]
     report: str
     status: str
+    policy_log: Annotated[list[dict[str, Any]], operator.add]
+    """What the policy said along the way: a model's turns (text, tool calls, tokens, cost), a handover."""

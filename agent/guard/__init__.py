@@ -1,6 +1,6 @@
 """The guard (DESIGN.md, Contract 4): allow, dry-run, needs-approval or deny, journaled first."""
 
-from crashcart.agent.guard._guard import ApprovalError, Decision, DecisionKind, Guard
+from crashcart.agent.guard._guard import ApprovalError, Decision, DecisionKind, Guard, Review
 from crashcart.agent.guard._policy import (
     DEFAULT_POLICY_PATH,
     ApprovalTier,
@@ -29,6 +29,7 @@ __all__ = [
     "PermissionRule",
     "PolicyError",
     "RestartBudget",
+    "Review",
     "load_policy",
     "policy_from_dict",
 ]

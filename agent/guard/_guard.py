@@ -44,6 +44,18 @@ class Decision(BaseModel):
 
 
 @dataclasses.dataclass(frozen=True)
+class Review:
+    """A policy's objection to one of its own planned writes (a model's plan that names an entity
+    nobody observed, or that the playbooks contradict). It can only narrow: deny, or ask a person."""
+
+    verdict: Literal["deny", "needs_approval"]
+    reason: str
+    rule: str
+    """`review:...`: which check objected, journaled as the deciding rule."""
+    escalate_to: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
 class _Verdict:
     decision: DecisionKind
     reason: str
@@ -76,7 +88,8 @@ class Guard:
     # --- deciding -------------------------------------------------------------
 
     def check(
-        self, call: ToolCall, effect: str, target: ActionTarget | None, incident_id: str
+        self, call: ToolCall, effect: str, target: ActionTarget | None, incident_id: str,
+        review: Review | None = None,
     ) -> Decision:
         now = self.clock()
         if not _is_write(call.tool, effect):
@@ -86,6 +99,8 @@ class Guard:
         # One lock across count, decide and journal: two checks must not both fit in the last slot.
         with self.store.lock:
             verdict = self._decide(call.tool, effect, target, now)
+            if review is not None and verdict.decision != "deny":
+                verdict = self._narrow(verdict, review)
             if verdict.trip:
                 self.store.trip_breaker(self.cluster, verdict.trip, now)
             return self._journal(call.action_id, call.tool, call.args, verdict, incident_id, target, now)
@@ -130,6 +145,19 @@ class Guard:
         if p.mode == "autonomous":
             return _Verdict("allow", f"{tool} is permitted.", f"permissions[{permission[0]}]")
         return _Verdict("dry_run", f"Dry run: {tool} is proposed, nothing runs.", "mode:dry_run")
+
+    def _narrow(self, verdict: _Verdict, review: Review) -> _Verdict:
+        if review.verdict == "deny":
+            return _Verdict("deny", review.reason, review.rule, review.escalate_to)
+        if verdict.decision == "needs_approval":
+            return dataclasses.replace(verdict, reason=f"{verdict.reason} Also: {review.reason}")
+        who = ", ".join(self.policy.approvers)
+        if not who:
+            return _Verdict("deny", f"{review.reason} This needs a person's approval and the policy names "
+                            "nobody who may give it.", review.rule, self.policy.escalation.default_team)
+        if verdict.decision == "dry_run":
+            return _Verdict("dry_run", f"Dry run: would need approval from {who}: {review.reason}", review.rule)
+        return _Verdict("needs_approval", f"Needs approval from {who}: {review.reason}", review.rule)
 
     def _blast_radius(self, tool: str, target: ActionTarget, now: datetime) -> _Verdict | None:
         if tool == "node_drain":
@@ -226,7 +254,8 @@ class Guard:
                 )
             target = _target_adapter.validate_python(pending.target or {"tool": pending.tool})
             tier = self.policy.tier_for(pending.tool, target)
-            allowed = self.policy.approvers_of(tier[1]) if tier else ()
+            allowed = (self.policy.approvers_of(tier[1]) if tier
+                       else self.policy.approvers if pending.rule.startswith("review:") else ())
             if approver not in allowed:
                 raise ApprovalError(
                     f"{approver} may not approve {pending.tool} ({pending.rule}); "

@@ -1,0 +1,45 @@
+"""The playbooks as the model's runbook: what they match, what they would look at, what they conclude."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Any
+
+from crashcart.agent.policies.playbook import PlaybookPolicy
+
+
+def _verifiable(lines: list[str], observations: list[dict[str, Any]]) -> list[str]:
+    texts = [" ".join((o.get("text") or "").split()) for o in observations if o.get("ok")]
+    return [line for line in lines if line.strip() and any(" ".join(line.split()) in t for t in texts)]
+
+
+def runbook(playbook: PlaybookPolicy, state: dict[str, Any], now: datetime | None, backend: str) -> dict[str, Any]:
+    from crashcart.agent.policies.evidence import build_evidence
+
+    observations = state.get("observations") or []
+    ev = build_evidence(observations, state["trigger"], now)
+    matches = playbook._candidates(ev)
+    verdict, plan = playbook.diagnose(state, now)
+    candidates = []
+    for m in matches[:5]:
+        label = m.entry.label
+        candidates.append({
+            "label": m.name, "title": label.title, "family": m.entry.family, "remedy": label.remedy.kind,
+            "retriable": label.retriable, "symptom": label.symptom,
+            "investigate": [f"{s.tool} ({s.scope})" for s in label.investigate],
+            "advice": label.remedy.advice,
+        })
+    out = verdict.model_dump(mode="json", include={
+        "label", "family", "root_cause", "remedy", "confidence", "retriable", "summary", "changes", "team"})
+    out["evidence"] = _verifiable(verdict.evidence, observations)
+    return {
+        "verdict": out,
+        "plan": [c.model_dump() for c in plan],
+        "candidates": candidates,
+        "next_calls": [c.model_dump() for c in playbook.next_calls(state, now, backend)][:16],
+    }
+
+
+def render_runbook(data: dict[str, Any]) -> str:
+    return json.dumps(data, indent=1, default=str)

@@ -1,0 +1,92 @@
+"""OpenAI chat completions with tools (also any OpenAI-compatible server: vLLM, llama.cpp, Ollama)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from crashcart.agent.policies.llm._messages import ModelResponse, ToolCallRequest, ToolChoice, ToolDef, Usage
+from crashcart.agent.policies.llm.providers._errors import model_error
+
+
+class OpenAIChatModel:
+    def __init__(self, model: str, *, base_url: str | None = None, api_key: str | None = None,
+                 timeout_s: float = 60.0, client: Any = None):
+        self.name = f"openai:{model}"
+        self.model = model
+        self._client = client
+        self._base_url, self._api_key, self._timeout = base_url, api_key, timeout_s
+
+    @property
+    def client(self) -> Any:
+        if self._client is None:
+            import openai
+
+            # A local server needs no key, but the SDK insists on one: give it a placeholder then.
+            key = self._api_key
+            if key is None and self._base_url and not _is_openai_host(self._base_url):
+                import os
+
+                key = os.environ.get("OPENAI_API_KEY") or "not-needed"
+            # Retries are crashcart's (with its own budget and backoff), not the SDK's.
+            self._client = openai.OpenAI(base_url=self._base_url, api_key=key, timeout=self._timeout, max_retries=0)
+        return self._client
+
+    def request(self, messages: list[dict[str, Any]], tools: list[ToolDef], tool_choice: ToolChoice = "auto",
+                max_tokens: int = 2048) -> ModelResponse:
+        kwargs: dict[str, Any] = {"model": self.model, "messages": to_openai(messages), "max_tokens": max_tokens}
+        if tools:
+            kwargs["tools"] = [{"type": "function", "function": {"name": t.name, "description": t.description,
+                                                                 "parameters": t.parameters}} for t in tools]
+            kwargs["tool_choice"] = (tool_choice if tool_choice in {"auto", "required"}
+                                     else {"type": "function", "function": {"name": tool_choice}})
+        try:
+            resp = self.client.chat.completions.create(**kwargs)
+        except Exception as e:  # noqa: BLE001 - every SDK failure becomes a ModelError
+            if type(e).__module__.startswith("openai"):
+                raise model_error("openai", e) from None
+            raise
+        return from_openai(resp)
+
+
+def _is_openai_host(url: str) -> bool:
+    return "api.openai.com" in url
+
+
+def to_openai(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for m in messages:
+        if m["role"] == "assistant":
+            msg: dict[str, Any] = {"role": "assistant", "content": m.get("content") or None}
+            if m.get("tool_calls"):
+                msg["tool_calls"] = [{"id": c["id"], "type": "function",
+                                      "function": {"name": c["name"], "arguments": c["arguments"]}}
+                                     for c in m["tool_calls"]]
+            out.append(msg)
+        elif m["role"] == "tool":
+            out.append({"role": "tool", "tool_call_id": m["id"], "content": m["content"]})
+        else:
+            out.append({"role": m["role"], "content": m["content"]})
+    return out
+
+
+def from_openai(resp: Any) -> ModelResponse:
+    choices = getattr(resp, "choices", None) or []
+    if not choices:
+        return ModelResponse(model=getattr(resp, "model", "") or "", finish_reason="no_choices")
+    choice = choices[0]
+    message = choice.message
+    calls = []
+    for i, c in enumerate(getattr(message, "tool_calls", None) or []):
+        fn = getattr(c, "function", None)
+        if fn is None:
+            continue
+        args = fn.arguments
+        calls.append(ToolCallRequest(id=c.id or f"call_{i}", name=fn.name or "",
+                                     arguments=args if isinstance(args, str) else json.dumps(args)))
+    usage = getattr(resp, "usage", None)
+    return ModelResponse(
+        text=message.content or "", tool_calls=calls, model=getattr(resp, "model", "") or "",
+        usage=Usage(getattr(usage, "prompt_tokens", 0) or 0, getattr(usage, "completion_tokens", 0) or 0),
+        finish_reason=choice.finish_reason,
+    )
