@@ -34,7 +34,9 @@ def _fail(message: str, code: int = 2) -> None:
 @app.command("eval")
 def eval_command(
     paths: list[str] = typer.Argument(None, help="Scenario files or folders (default: the bundled suite)"),
-    policy: str = typer.Option("playbook", help="playbook | llm"),
+    policy: str = typer.Option("playbook", help="playbook | llm | auto"),
+    model: Optional[str] = typer.Option(None, help="llm and auto: provider:model (openai:..., anthropic:...)"),
+    concurrency: int = typer.Option(4, help="llm and auto: scenarios run at the same time", min=1),
     json_file: Optional[Path] = typer.Option(None, "--json", help="Write the results as JSON here"),
     html_file: Optional[Path] = typer.Option(None, "--html", help="Write a self-contained HTML report here"),
     logs: Optional[bool] = typer.Option(None, "--logs/--no-logs", help="Also score diagnose on evals/logs (default: with the bundled suite)"),
@@ -46,8 +48,7 @@ def eval_command(
     from crashcart.agent.interfaces.scorecard import render_scorecard
     from crashcart.evals.runner import run_suite
 
-    if policy != "playbook":
-        _fail(f"policy {policy!r} is not available yet (known: playbook)")
+    _check_policy(policy, model)
     console = _console()
     for p in paths or []:
         if not Path(p).exists():
@@ -59,6 +60,7 @@ def eval_command(
             paths or None, policy,
             on_start=lambda n: progress.update(task, total=n),
             on_result=lambda r: progress.update(task, advance=1, description=r.id),
+            model=model, concurrency=concurrency,
         )
     if logs if logs is not None else not paths:
         from crashcart.evals.logcases import run_logs
@@ -81,6 +83,40 @@ def eval_command(
 
         write_html(report, html_file)
         console.print(f"report written to {html_file}")
+
+
+def _model_policy(policy: str, model: Optional[str], config):
+    """The llm or auto policy, its model and settings from --model and cluster.yaml's llm section."""
+    from crashcart.agent.policies import make_policy
+    from crashcart.agent.policies.llm import LLMConfigError, parse_settings
+
+    try:
+        settings = parse_settings(getattr(config, "llm", None), "cluster.yaml: llm")
+        model = model or settings.model
+        _check_policy(policy, model)
+        return make_policy(policy, model, settings)
+    except LLMConfigError as e:
+        _fail(str(e))
+
+
+def _check_policy(policy: str, model: Optional[str]) -> None:
+    """A policy name and, for llm and auto, a model name that can be used, or a clear error."""
+    from crashcart.agent.policies import POLICIES
+
+    if policy not in POLICIES:
+        _fail(f"policy {policy!r}: one of {', '.join(POLICIES)}")
+    if policy == "playbook":
+        if model:
+            _fail("--model goes with --policy llm or auto")
+        return
+    from crashcart.agent.policies.llm import LLMConfigError, split_model_name
+
+    if not model:
+        _fail(f"--policy {policy} needs --model provider:model (e.g. openai:gpt-4.1, anthropic:claude-sonnet-4-5)")
+    try:
+        split_model_name(model)
+    except LLMConfigError as e:
+        _fail(str(e))
 
 
 @app.command()
@@ -238,6 +274,8 @@ def investigate(
     guard: Optional[Path] = typer.Option(None, help="A guard.yaml (default: the scenario's or cluster's, else the built-in dry-run policy)"),
     state_dir: Path = typer.Option(DEFAULT_STATE_DIR, help="Where the incident store and checkpoints live"),
     approver: Optional[str] = typer.Option(None, help="Approve at a prompt as this person when the guard asks"),
+    policy: str = typer.Option("playbook", help="playbook | llm | auto"),
+    model: Optional[str] = typer.Option(None, help="llm and auto: provider:model (default: llm.model in cluster.yaml)"),
 ) -> None:
     """Investigate one incident and print the transcript."""
     from crashcart.agent.interfaces.transcript import render_incident
@@ -247,6 +285,8 @@ def investigate(
         _fail("--job, --node, --text and --kind go with --cluster; a scenario file has its own trigger")
     target = _open_target(scenario, cluster, mode, guard, state_dir)
     name, deps, sc = target.name, target.deps, target.scenario
+    if policy != "playbook":
+        deps.policy = _model_policy(policy, model, target.config)
     if cluster:
         trigger = _live_trigger(kind, job, node, text)
         title, source, again = f"{name}: {_describe(trigger)}", f"cluster:{cluster}", f"--cluster {cluster}"

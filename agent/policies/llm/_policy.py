@@ -29,7 +29,7 @@ from crashcart.agent.policies.llm._settings import LLMSettings, load_prices
 from crashcart.agent.policies.llm._tools import (
     CONCLUDE, PLAYBOOK_CANDIDATES, TOOL_NAME, render_result, tool_defs,
 )
-from crashcart.agent.policies.playbook import SUSPICIOUS, PlaybookPolicy
+from crashcart.agent.policies.playbook import HEALTHY, SUSPICIOUS, PlaybookPolicy
 from crashcart.agent.state import Diagnosis
 from crashcart.tools._spec import REGISTRY, ToolCall
 
@@ -79,7 +79,8 @@ class LLMPolicy:
         self.model = model
         self.settings = settings or LLMSettings()
         self.playbook = playbook or PlaybookPolicy()
-        self.labels = {entry.name for entry in self.playbook.kb}
+        # The playbooks' labels, and their two verdicts that are not labels (nothing wrong, not known).
+        self.labels = {entry.name for entry in self.playbook.kb} | {HEALTHY, "unrecognized"}
         self.allowed_keys = containment.playbook_keys(self.playbook.kb)
         self.sleep, self.clock = sleep, clock
         self._verdicts: dict[str, tuple[int, tuple[dict[str, Any], list[ToolCall]]]] = {}
