@@ -15,6 +15,10 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, Protocol
 
+ALLOW_MODEL_REQUESTS = True
+"""False in crashcart's tests: a request to anything but a loopback server is refused
+(a test opts in with the `allow_model_requests` marker), so no test spends money by accident."""
+
 ToolChoice = Literal["auto", "required"] | str
 """auto, required (some tool), or the name of the one tool the model must call."""
 
@@ -67,3 +71,12 @@ class Model(Protocol):
     def request(self, messages: list[dict[str, Any]], tools: list[ToolDef], tool_choice: ToolChoice = "auto",
                 max_tokens: int = 2048) -> ModelResponse:
         """One model turn. Raises ModelError, never an SDK's own exception."""
+
+
+def check_allowed(provider: str, base_url: str | None) -> None:
+    from urllib.parse import urlparse
+
+    host = urlparse(base_url).hostname if base_url else None
+    if not ALLOW_MODEL_REQUESTS and host not in {"127.0.0.1", "localhost", "::1"}:
+        raise ModelError(f"{provider}: requests to real models are blocked here ({base_url or 'the provider'}); "
+                         "use a fake model or a loopback server", retriable=False)

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 from typing import Any
 
+from crashcart.agent.policies.llm import _messages
 from crashcart.agent.policies.llm._messages import ModelResponse, ToolCallRequest, ToolChoice, ToolDef, Usage
 from crashcart.agent.policies.llm.providers._errors import model_error
 
@@ -37,6 +39,7 @@ class AnthropicModel:
                                for t in tools]
             kwargs["tool_choice"] = ({"type": "auto"} if tool_choice == "auto" else {"type": "any"}
                                      if tool_choice == "required" else {"type": "tool", "name": tool_choice})
+        _messages.check_allowed("anthropic", self._base_url or os.environ.get("ANTHROPIC_BASE_URL"))
         try:
             resp = self.client.messages.create(**kwargs)
         except Exception as e:  # noqa: BLE001 - every SDK failure becomes a ModelError

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 from typing import Any
 
+from crashcart.agent.policies.llm import _messages
 from crashcart.agent.policies.llm._messages import ModelResponse, ToolCallRequest, ToolChoice, ToolDef, Usage
 from crashcart.agent.policies.llm.providers._errors import model_error
 
@@ -25,8 +27,6 @@ class OpenAIChatModel:
             # A local server needs no key, but the SDK insists on one: give it a placeholder then.
             key = self._api_key
             if key is None and self._base_url and not _is_openai_host(self._base_url):
-                import os
-
                 key = os.environ.get("OPENAI_API_KEY") or "not-needed"
             # Retries are crashcart's (with its own budget and backoff), not the SDK's.
             self._client = openai.OpenAI(base_url=self._base_url, api_key=key, timeout=self._timeout, max_retries=0)
@@ -40,6 +40,7 @@ class OpenAIChatModel:
                                                                  "parameters": t.parameters}} for t in tools]
             kwargs["tool_choice"] = (tool_choice if tool_choice in {"auto", "required"}
                                      else {"type": "function", "function": {"name": tool_choice}})
+        _messages.check_allowed("openai", self._base_url or os.environ.get("OPENAI_BASE_URL"))
         try:
             resp = self.client.chat.completions.create(**kwargs)
         except Exception as e:  # noqa: BLE001 - every SDK failure becomes a ModelError
