@@ -114,8 +114,9 @@ def run_scenario(scenario: Scenario, path: str = "", policy_name: str = "playboo
     )
     backend = FixtureBackend(scenario.cluster, scenario.backend)
     store = store or IncidentStore(":memory:")
-    deps = make_deps(backend, make_policy(policy_name, model) if model else make_policy(policy_name),
-                     guard_policy, store, cluster=scenario.id)
+    # `model`: provider:model, a Model object (a fake), or a whole policy built by the caller.
+    policy = model if hasattr(model, "next_calls") else make_policy(policy_name, model) if model else make_policy(policy_name)
+    deps = make_deps(backend, policy, guard_policy, store, cluster=scenario.id)
     run = start_incident(deps, scenario.trigger.model_dump(), cluster=scenario.id, source=f"eval:{scenario.id}")
     state = run.state
     d = state.get("diagnosis") or {}

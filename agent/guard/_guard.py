@@ -154,7 +154,7 @@ class Guard:
         who = ", ".join(self.policy.approvers)
         if not who:
             return _Verdict("deny", f"{review.reason} This needs a person's approval and the policy names "
-                            "nobody who may give it.", review.rule, self.policy.escalation.default_team)
+                            "nobody who may give it.", review.rule, review.escalate_to)
         if verdict.decision == "dry_run":
             return _Verdict("dry_run", f"Dry run: would need approval from {who}: {review.reason}", review.rule)
         return _Verdict("needs_approval", f"Needs approval from {who}: {review.reason}", review.rule)

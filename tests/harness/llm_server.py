@@ -92,9 +92,16 @@ def _data(content: str) -> str:
 def runbook(events: list[dict[str, Any]], forced: str | None, tools: list[str]) -> tuple[str, list[tuple[str, str]]]:
     results = _results(events)
     last = _last_calls(events)
-    asked = next((c for c in last if c["name"] == "playbook_candidates"), None)
-    if asked is not None and asked["id"] in results:
-        rb = json.loads(_data(results[asked["id"]]))
+    rb = None
+    # The runbook's latest answer: the one just given, or (told to conclude) any still in context.
+    asked = [c for e in events if e["role"] == "assistant" for c in e["calls"] if c["name"] == "playbook_candidates"]
+    for c in reversed(asked if forced else [c for c in last if c["name"] == "playbook_candidates"]):
+        try:
+            rb = json.loads(_data(results.get(c["id"], "")))
+            break
+        except ValueError:
+            continue  # trimmed from the context
+    if rb is not None:
         if rb["next_calls"] and forced is None:
             return "The runbook says to look here next.", [(c["tool"], json.dumps(c["args"])) for c in rb["next_calls"]]
         v = rb["verdict"]
@@ -218,7 +225,11 @@ def make_handler(state: _State):
                 status = 503 if kind == "down" or tries == 2 else 429
                 self._send(status, _error(api, status), {"retry-after": "0"})
                 return
-            text, calls = BRAINS.get(kind, runbook)(events, forced, tools)
+            try:
+                text, calls = BRAINS.get(kind, runbook)(events, forced, tools)
+            except Exception as e:  # noqa: BLE001 - a broken brain is a 500, as a real server's bug would be
+                self._send(500, {"error": {"message": f"{type(e).__name__}: {e}", "type": "server_error"}})
+                return
             reply = _openai_reply if api == "openai" else _anthropic_reply
             self._send(200, reply(model, text, calls, body))
 

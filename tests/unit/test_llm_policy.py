@@ -157,9 +157,11 @@ def test_a_plan_the_playbooks_contradict_needs_a_persons_approval(scenario):
     (drain,) = r.state["actions"]
     assert drain["decision"] == "needs_approval" and drain["rule"] == "review:contradicts_playbook"
     assert "cuda_oom" in drain["reason"] and r.interrupted
-    # Without anyone to approve it, the same plan is refused and a person is told.
-    r2, _ = run(scenario, LLMPolicy(ScriptedModel([READS], conclusion=c)))
-    assert decisions(r2.state) == [("node_drain", "gpu-a01", "deny"), ("escalate", None, "allow")]
+    # Without anyone to approve it, the same plan is refused, and the refusal is journaled.
+    r2, store2 = run(scenario, LLMPolicy(ScriptedModel([READS], conclusion=c)))
+    assert decisions(r2.state) == [("node_drain", "gpu-a01", "deny")]
+    assert "names nobody who may give it" in r2.state["actions"][0]["reason"]
+    assert [d.rule for d in store2.get_incident(r2.incident_id).decisions] == ["review:contradicts_playbook"]
 
 
 def test_the_approval_of_a_contested_plan_works_the_same_way(scenario):

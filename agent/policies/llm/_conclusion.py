@@ -69,8 +69,11 @@ def _normal(text: str) -> str:
 
 
 def check_conclusion(args: dict[str, Any], observations: list[dict[str, Any]], labels: set[str],
-                     backend: str) -> tuple[Conclusion | None, str | None]:
-    """(the conclusion, None) or (None, what is wrong: a message for the model)."""
+                     backend: str, derived: set[str] | frozenset[str] = frozenset()) -> tuple[Conclusion | None, str | None]:
+    """(the conclusion, None) or (None, what is wrong: a message for the model).
+
+    An evidence line is quoted from a tool result's text, or is one of the facts crashcart derived
+    from the same results (`derived`: a job's state, a GPU's ECC count, as the runbook states them)."""
     try:
         c = Conclusion.model_validate(args)
     except ValidationError as e:
@@ -80,7 +83,7 @@ def check_conclusion(args: dict[str, Any], observations: list[dict[str, Any]], l
         problems.append(f"label {c.label!r} is not a playbook label; set label to null and describe the cause")
     seen = [_normal(o.get("text") or "") for o in observations if o.get("ok")]
     for line in c.evidence:
-        if not line.strip() or not any(_normal(line) in text for text in seen):
+        if not line.strip() or not (line in derived or any(_normal(line) in text for text in seen)):
             problems.append(f"evidence line {line[:120]!r} does not appear in any tool result; quote lines exactly")
     if c.family not in {"none"} and not c.evidence:
         problems.append("evidence: give the lines (copied from tool results) the cause rests on")

@@ -69,7 +69,8 @@ def review_write(call: ToolCall, diagnosis: dict[str, Any], ev: Evidence, allowe
                  playbook: tuple[dict[str, Any], list[ToolCall]] | None) -> Review | None:
     tool, args = call.tool, call.args
     if tool in {"escalate", "notify"}:
-        return None  # they only tell people
+        # They only tell people, but a page the playbooks would not send is still a person's call.
+        return None if playbook is None or _in_plan(call, playbook[1]) else _contradiction(call, playbook)
     jobs, nodes = observed_entities(ev)
     job, node = args.get("job"), args.get("node")
     if job is not None and str(job) not in jobs:
@@ -85,10 +86,20 @@ def review_write(call: ToolCall, diagnosis: dict[str, Any], ev: Evidence, allowe
         if bad:
             return _deny(f"resubmit would change {', '.join(sorted(bad))}: not keys crashcart may change.",
                          "resubmit_keys")
+    if playbook is not None and _in_plan(call, playbook[1]):
+        return None  # the runbook plans the same write on the same evidence
     consistent = _follows(tool, args, diagnosis)
     if consistent is not None:
         return _deny(consistent, "plan")
     return _contradiction(call, playbook)
+
+
+def _entity(call: ToolCall) -> str | None:
+    return call.args.get("node") or call.args.get("job") or call.args.get("team") or call.args.get("to")
+
+
+def _in_plan(call: ToolCall, plan: list[ToolCall]) -> bool:
+    return any(p.tool == call.tool and _entity(p) == _entity(call) for p in plan)
 
 
 def _follows(tool: str, args: dict[str, Any], d: dict[str, Any]) -> str | None:
@@ -111,10 +122,7 @@ def _contradiction(call: ToolCall, playbook: tuple[dict[str, Any], list[ToolCall
     label = verdict.get("label")
     if label in NO_VERDICT:
         return None
-    entity = call.args.get("node") or call.args.get("job")
-    same = [p for p in plan if p.tool == call.tool and (p.args.get("node") or p.args.get("job")) == entity]
-    if same:
-        return None
+    entity = _entity(call)
     why = (f"the playbooks read this evidence as {label} ({verdict.get('remedy')}, root cause "
            f"{verdict.get('root_cause') or 'none'}"
            + (", not retriable" if call.tool == "resubmit" and not verdict.get("retriable") else "")

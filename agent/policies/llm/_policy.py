@@ -113,13 +113,13 @@ class LLMPolicy:
                 return [], new
             note = self._turn_note(state, resp, meta, trimmed, forced)
             new.append(note)
-            calls, done = self._answer(state, note, notes + new, new, backend)
+            calls, done = self._answer(state, note, notes + new, new, backend, now)
             if calls or done:
                 return calls, new
         return [], new
 
     def _answer(self, state: dict[str, Any], note: dict[str, Any], notes: list[dict[str, Any]],
-                sink: list[dict[str, Any]], backend: str) -> tuple[list[ToolCall], bool]:
+                sink: list[dict[str, Any]], backend: str, now: datetime | None = None) -> tuple[list[ToolCall], bool]:
         """Sort the model's tool calls: run (through the graph), answer here, or conclude.
         `notes` is everything said so far; what this adds goes to `sink`."""
         requests = note["tool_calls"]
@@ -136,14 +136,14 @@ class LLMPolicy:
             for c in requests:
                 if c is not conclude:
                     note["replies"][c["id"]] = ["not run: the investigation ended with conclude", True]
-            return [], self._conclude(state, note, conclude, notes, sink, backend)
+            return [], self._conclude(state, note, conclude, notes, sink, backend, now)
         budget = self.settings.budget.max_tool_calls - _ran(notes)
         calls: list[ToolCall] = []
         for c in requests:
             reply = None
             args = _parse_args(c["arguments"])
             if c["name"] == PLAYBOOK_CANDIDATES:
-                reply = [render_runbook(runbook(self.playbook, state, None, backend)), False]
+                reply = [render_runbook(runbook(self.playbook, state, now, backend)), False]
             elif not TOOL_NAME.fullmatch(c["name"]) or c["name"] not in REGISTRY.specs:
                 known = ", ".join(d.name for d in tool_defs(backend))
                 reply = [f"unknown tool {c['name'][:64]!r}; the tools are: {known}", True]
@@ -159,12 +159,14 @@ class LLMPolicy:
         return calls, False
 
     def _conclude(self, state: dict[str, Any], note: dict[str, Any], call: dict[str, Any],
-                  notes: list[dict[str, Any]], sink: list[dict[str, Any]], backend: str) -> bool:
+                  notes: list[dict[str, Any]], sink: list[dict[str, Any]], backend: str,
+                  now: datetime | None) -> bool:
         args = _parse_args(call["arguments"])
         if isinstance(args, str):
             conclusion, problem = None, f"conclude: {args}"
         else:
-            conclusion, problem = check_conclusion(args, state.get("observations") or [], self.labels, backend)
+            conclusion, problem = check_conclusion(args, state.get("observations") or [], self.labels, backend,
+                                                   self._derived(state, now))
         if conclusion is not None:
             note["replies"][call["id"]] = ["concluded", False]
             sink.append({"policy": POLICY, "kind": "conclusion", "conclusion": args})
@@ -300,7 +302,7 @@ class LLMPolicy:
         done = next((n for n in reversed(notes) if n["kind"] in {"conclusion", "gave_up"}), None)
         if done is not None and done["kind"] == "conclusion":
             conclusion, problem = check_conclusion(done["conclusion"], observations, self.labels,
-                                                   state.get("backend", "slurm"))
+                                                   state.get("backend", "slurm"), self._derived(state, now))
             if conclusion is not None:
                 diagnosis, plan = to_diagnosis(conclusion, observations)
                 diagnosis.decided_by = f"llm:{self.model.name}"
@@ -335,10 +337,22 @@ class LLMPolicy:
         self._verdicts = {key: (n, view)}  # one incident at a time per policy object
         return view
 
+    def _model_actions(self, state: dict[str, Any]) -> set[str]:
+        done = next((n for n in reversed(own_notes(state)) if n["kind"] == "conclusion"), None)
+        if done is None:
+            return set()
+        conclusion, _ = check_conclusion(done["conclusion"], state.get("observations") or [], self.labels,
+                                         state.get("backend", "slurm"), self._derived(state, None))
+        return {c.action_id for c in to_diagnosis(conclusion, [])[1]} if conclusion else set()
+
+    def _derived(self, state: dict[str, Any], now: datetime | None) -> set[str]:
+        """Facts crashcart derived from these tool results (the runbook states them as evidence)."""
+        return set(self._playbook_view(state, now)[0].get("evidence") or [])
+
     def review(self, state: dict[str, Any], call: ToolCall) -> Review | None:
         diagnosis = state.get("diagnosis") or {}
-        if not str(diagnosis.get("decided_by") or "").startswith("llm:"):
-            return None  # not the model's plan (a routed escalation of the graph's own)
+        if call.action_id not in self._model_actions(state):
+            return None  # not the model's (crashcart's own escalation when the model failed, a routed one)
         ev = build_evidence(state.get("observations") or [], state["trigger"], None)
         return containment.review_write(call, diagnosis, ev, self.allowed_keys, self._playbook_view(state, None))
 

@@ -9,11 +9,6 @@ from typing import Any
 from crashcart.agent.policies.playbook import PlaybookPolicy
 
 
-def _verifiable(lines: list[str], observations: list[dict[str, Any]]) -> list[str]:
-    texts = [" ".join((o.get("text") or "").split()) for o in observations if o.get("ok")]
-    return [line for line in lines if line.strip() and any(" ".join(line.split()) in t for t in texts)]
-
-
 def runbook(playbook: PlaybookPolicy, state: dict[str, Any], now: datetime | None, backend: str) -> dict[str, Any]:
     from crashcart.agent.policies.evidence import build_evidence
 
@@ -32,7 +27,7 @@ def runbook(playbook: PlaybookPolicy, state: dict[str, Any], now: datetime | Non
         })
     out = verdict.model_dump(mode="json", include={
         "label", "family", "root_cause", "remedy", "confidence", "retriable", "summary", "changes", "team"})
-    out["evidence"] = _verifiable(verdict.evidence, observations)
+    out["evidence"] = verdict.evidence  # quoted lines and facts derived from the same results
     return {
         "verdict": out,
         "plan": [c.model_dump() for c in plan],

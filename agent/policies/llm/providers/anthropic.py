@@ -24,7 +24,10 @@ class AnthropicModel:
         if self._client is None:
             import anthropic
 
-            self._client = anthropic.Anthropic(base_url=self._base_url, api_key=self._api_key,
+            key = self._api_key
+            if key is None and self._base_url and "api.anthropic.com" not in self._base_url:
+                key = os.environ.get("ANTHROPIC_API_KEY") or "not-needed"  # a local server needs none
+            self._client = anthropic.Anthropic(base_url=self._base_url, api_key=key,
                                                timeout=self._timeout, max_retries=0)
         return self._client
 
