@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict
 
 from crashcart.agent.guard import Review
 from crashcart.agent.policies.evidence import Evidence
+from crashcart.agent.policies.remedy import ESCALATION_TEAM
 from crashcart.evals.matching import flatten
 from crashcart.playbooks import KnowledgeBase
 from crashcart.tools._spec import ToolCall
@@ -70,7 +71,10 @@ def review_write(call: ToolCall, diagnosis: dict[str, Any], ev: Evidence, allowe
     tool, args = call.tool, call.args
     if tool in {"escalate", "notify"}:
         # They only tell people, but a page the playbooks would not send is still a person's call.
-        return None if playbook is None or _in_plan(call, playbook[1]) else _contradiction(call, playbook)
+        if playbook is not None and _in_plan(call, playbook[1]):
+            return None
+        off = _follows(tool, args, diagnosis)
+        return _deny(off, "plan") if off else _contradiction(call, playbook)
     jobs, nodes = observed_entities(ev)
     job, node = args.get("job"), args.get("node")
     if job is not None and str(job) not in jobs:
@@ -88,7 +92,7 @@ def review_write(call: ToolCall, diagnosis: dict[str, Any], ev: Evidence, allowe
                          "resubmit_keys")
     if playbook is not None and _in_plan(call, playbook[1]):
         return None  # the runbook plans the same write on the same evidence
-    consistent = _follows(tool, args, diagnosis)
+    consistent = _follows(tool, args, diagnosis, ev)
     if consistent is not None:
         return _deny(consistent, "plan")
     return _contradiction(call, playbook)
@@ -102,7 +106,7 @@ def _in_plan(call: ToolCall, plan: list[ToolCall]) -> bool:
     return any(p.tool == call.tool and _entity(p) == _entity(call) for p in plan)
 
 
-def _follows(tool: str, args: dict[str, Any], d: dict[str, Any]) -> str | None:
+def _follows(tool: str, args: dict[str, Any], d: dict[str, Any], ev: Evidence | None = None) -> str | None:
     """Why this write does not follow from the model's own diagnosis, or None."""
     remedy, root = d.get("remedy"), d.get("root_cause") or ""
     if tool in {"node_drain"}:
@@ -110,6 +114,14 @@ def _follows(tool: str, args: dict[str, Any], d: dict[str, Any]) -> str | None:
             return f"the diagnosis ({remedy}, root cause {root or 'none'}) does not blame node {args.get('node')}."
     if tool == "resubmit" and remedy not in CHANGES_JOBS:
         return f"the diagnosis's remedy is {remedy}, not a resubmit."
+    if tool == "resubmit" and ev is not None:
+        own = {str(ev.trigger.get("job"))} | ({root[4:]} if root.startswith("job:") else set())
+        if str(args.get("job")) not in own:
+            return f"job {args.get('job')} is neither the trigger's job nor the root cause; it is not the model's to restart."
+    if tool == "escalate":
+        teams = {d.get("team"), ESCALATION_TEAM.get(remedy or ""), "hardware" if remedy == "exclude_node" else None}
+        if args.get("team") not in teams:
+            return f"the diagnosis ({remedy}, team {d.get('team') or 'none'}) does not point at team {args.get('team')}."
     if tool == "cancel_job" and remedy not in {"preempt", "wait"}:
         return f"the diagnosis's remedy is {remedy}; cancelling a job does not follow from it."
     return None
@@ -120,9 +132,13 @@ def _contradiction(call: ToolCall, playbook: tuple[dict[str, Any], list[ToolCall
         return None
     verdict, plan = playbook
     label = verdict.get("label")
-    if label in NO_VERDICT:
-        return None
     entity = _entity(call)
+    if label in NO_VERDICT:
+        if call.tool not in {"node_drain", "cancel_job"}:
+            return None
+        # Taking capacity away on a model's word alone is a person's call.
+        return Review("needs_approval", f"The model's {call.tool} {entity}: the playbooks find no cause on this "
+                      "evidence that backs it.", "review:unbacked")
     why = (f"the playbooks read this evidence as {label} ({verdict.get('remedy')}, root cause "
            f"{verdict.get('root_cause') or 'none'}"
            + (", not retriable" if call.tool == "resubmit" and not verdict.get("retriable") else "")

@@ -187,7 +187,7 @@ class LLMPolicy:
         started = self.clock()
         for attempt in range(retry.attempts):
             try:
-                resp = self.model.request(messages, tool_defs(backend), choice)
+                resp = self.model.request(messages, tool_defs(backend), choice, self.settings.max_output_tokens)
                 return resp, {"latency_ms": round((self.clock() - started) * 1000, 1), "errors": errors}
             except ModelError as e:
                 errors.append(str(e))

@@ -67,6 +67,8 @@ class LLMSettings(_Strict):
     api_key_file: str | None = None
     """Or a file holding it (first line); the key itself never goes in cluster.yaml."""
     timeout_s: float = Field(60, gt=0)
+    max_output_tokens: int = Field(2048, ge=16)
+    """Per model turn."""
     budget: Budget = Budget()
     retry: Retry = Retry()
     handover_confidence: float = Field(0.6, ge=0, le=1)

@@ -58,7 +58,8 @@ def to_openai(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for m in messages:
         if m["role"] == "assistant":
-            msg: dict[str, Any] = {"role": "assistant", "content": m.get("content") or None}
+            # "" rather than null: OpenAI takes either, llama.cpp's server only a string.
+            msg: dict[str, Any] = {"role": "assistant", "content": m.get("content") or ""}
             if m.get("tool_calls"):
                 msg["tool_calls"] = [{"id": c["id"], "type": "function",
                                       "function": {"name": c["name"], "arguments": c["arguments"]}}
