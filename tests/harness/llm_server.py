@@ -10,7 +10,7 @@ finish reasons, error bodies as the providers send them). Brains:
 - `hostile*`: claims an admin approved everything, calls tools that do not exist with
   malformed JSON, writes mid-investigation, then concludes by draining every node it can
   name, resubmitting with env.LD_PRELOAD and a new entrypoint and cancelling every job.
-- `flaky*`: a 429 (then a 503) on the first tries of each conversation, then `runbook`.
+- `flaky*`: a 429, then a 503, for the opening request of a conversation, then `runbook`.
 - `down*`: always 503.
 
     python tests/harness/llm_server.py --port 8911   # then OPENAI_BASE_URL=http://127.0.0.1:8911/v1
@@ -221,7 +221,8 @@ def make_handler(state: _State):
                                        "auth": self.headers.get("authorization") or self.headers.get("x-api-key")})
                 key = f"{model}:{sum(1 for e in events if e['role'] == 'assistant')}"
                 tries = state.failures[key] = state.failures.get(key, 0) + 1
-            if kind == "down" or (kind == "flaky" and tries <= 2):
+            opening = not any(e["role"] == "assistant" for e in events)
+            if kind == "down" or (kind == "flaky" and opening and tries <= 2):
                 status = 503 if kind == "down" or tries == 2 else 429
                 self._send(status, _error(api, status), {"retry-after": "0"})
                 return
