@@ -81,7 +81,7 @@ def test_a_scripted_model_investigates_concludes_and_its_plan_goes_through_the_g
     assert [o["tool"] for o in state["observations"]] == ["sacct", "get_logs"]
     # The runbook answer was data the model got, with the playbooks' own verdict in it.
     runbook = model.requests[2]["messages"][-1]["content"]
-    assert '"label": "cuda_oom"' in runbook and runbook.startswith("<tool_result")
+    assert '"label":"cuda_oom"' in runbook and runbook.startswith("<tool_result")
     assert store.get_incident(r.incident_id).incident.diagnosis["decided_by"] == "llm:test:scripted"
 
 

@@ -35,6 +35,7 @@ from crashcart.tools._spec import REGISTRY, ToolCall
 
 POLICY = "llm"
 MAX_REQUESTS_PER_STEP = 6
+RUNBOOK_CHARS = 16_000
 
 SYSTEM = """You are crashcart, the on-call engineer for a GPU training cluster run by {backend}.
 A trigger tells you what went wrong; find the root cause with the read tools, then call `conclude`.
@@ -116,6 +117,7 @@ class LLMPolicy:
             calls, done = self._answer(state, note, notes + new, new, backend, now)
             if calls or done:
                 return calls, new
+        new.append(self._gave_up(f"{MAX_REQUESTS_PER_STEP} requests in a row ran no tool and did not conclude"))
         return [], new
 
     def _answer(self, state: dict[str, Any], note: dict[str, Any], notes: list[dict[str, Any]],
@@ -262,7 +264,9 @@ class LLMPolicy:
         msg = {"role": "tool", "id": call["id"], "name": call["name"]}
         if call["id"] in note["replies"]:
             content, error = note["replies"][call["id"]]
-            return {**msg, "content": render_result(call["name"], not error, content, content, limit), "error": error}
+            # The runbook is crashcart's own, already bounded: cutting its JSON would garble it.
+            size = max(limit, RUNBOOK_CHARS) if call["name"] == PLAYBOOK_CANDIDATES else limit
+            return {**msg, "content": render_result(call["name"], not error, content, content, size), "error": error}
         if call["id"] in note["ran"]:
             i = note["obs_before"] + note["ran"].index(call["id"])
             if i < len(observations):
@@ -279,7 +283,9 @@ class LLMPolicy:
         budget = self.settings.budget.context_chars
         total = sum(len(m.get("content") or "") for m in messages)
         trimmed = 0
-        for m in messages:
+        # The results of the latest turn stay whole: the model must see what it just asked for.
+        last = max((i for i, m in enumerate(messages) if m["role"] == "assistant"), default=len(messages))
+        for m in messages[:last]:
             if total <= budget:
                 break
             if m["role"] == "tool" and len(m["content"]) > 200:

@@ -37,4 +37,4 @@ def runbook(playbook: PlaybookPolicy, state: dict[str, Any], now: datetime | Non
 
 
 def render_runbook(data: dict[str, Any]) -> str:
-    return json.dumps(data, indent=1, default=str)
+    return json.dumps(data, separators=(",", ":"), default=str)
