@@ -34,7 +34,7 @@ def _fail(message: str, code: int = 2) -> None:
 @app.command("eval")
 def eval_command(
     paths: list[str] = typer.Argument(None, help="Scenario files or folders (default: the bundled suite)"),
-    policy: str = typer.Option("playbook", help="playbook | llm | auto"),
+    policy: Optional[str] = typer.Option(None, help="playbook | llm | auto (default: auto with --model, else playbook)"),
     model: Optional[str] = typer.Option(None, help="llm and auto: provider:model (openai:..., anthropic:...)"),
     concurrency: int = typer.Option(4, help="llm and auto: scenarios run at the same time", min=1),
     json_file: Optional[Path] = typer.Option(None, "--json", help="Write the results as JSON here"),
@@ -48,6 +48,7 @@ def eval_command(
     from crashcart.agent.interfaces.scorecard import render_scorecard
     from crashcart.evals.runner import run_suite
 
+    policy = policy or ("auto" if model else "playbook")
     _check_policy(policy, model)
     console = _console()
     for p in paths or []:
@@ -83,6 +84,14 @@ def eval_command(
 
         write_html(report, html_file)
         console.print(f"report written to {html_file}")
+
+
+def _use_policy(deps, policy: Optional[str], model: Optional[str], config) -> None:
+    """--policy and --model on the target's deps; with neither, auto where cluster.yaml names a model."""
+    configured = (getattr(config, "llm", None) or {}).get("model")
+    policy = policy or ("auto" if model or configured else "playbook")
+    if policy != "playbook" or model:
+        deps.policy = _model_policy(policy, model, config)
 
 
 def _model_policy(policy: str, model: Optional[str], config):
@@ -274,7 +283,7 @@ def investigate(
     guard: Optional[Path] = typer.Option(None, help="A guard.yaml (default: the scenario's or cluster's, else the built-in dry-run policy)"),
     state_dir: Path = typer.Option(DEFAULT_STATE_DIR, help="Where the incident store and checkpoints live"),
     approver: Optional[str] = typer.Option(None, help="Approve at a prompt as this person when the guard asks"),
-    policy: str = typer.Option("playbook", help="playbook | llm | auto"),
+    policy: Optional[str] = typer.Option(None, help="playbook | llm | auto (default: auto where a model is configured)"),
     model: Optional[str] = typer.Option(None, help="llm and auto: provider:model (default: llm.model in cluster.yaml)"),
 ) -> None:
     """Investigate one incident and print the transcript."""
@@ -285,8 +294,7 @@ def investigate(
         _fail("--job, --node, --text and --kind go with --cluster; a scenario file has its own trigger")
     target = _open_target(scenario, cluster, mode, guard, state_dir)
     name, deps, sc = target.name, target.deps, target.scenario
-    if policy != "playbook":
-        deps.policy = _model_policy(policy, model, target.config)
+    _use_policy(deps, policy, model, target.config)
     if cluster:
         trigger = _live_trigger(kind, job, node, text)
         title, source, again = f"{name}: {_describe(trigger)}", f"cluster:{cluster}", f"--cluster {cluster}"
@@ -419,12 +427,15 @@ def watch(
     mode: Optional[str] = typer.Option(None, help="observe | dry_run | autonomous (overrides the guard file)"),
     guard: Optional[Path] = typer.Option(None, help="A guard.yaml (default: the scenario's or cluster's, else the built-in)"),
     state_dir: Path = typer.Option(DEFAULT_STATE_DIR),
+    policy: Optional[str] = typer.Option(None, help="playbook | llm | auto (default: auto where a model is configured)"),
+    model: Optional[str] = typer.Option(None, help="llm and auto: provider:model (default: llm.model in cluster.yaml)"),
 ) -> None:
     """The on-call loop: poll for what changed, one incident per root cause, act through the guard."""
     from crashcart.agent.watch import Watcher, WatchSettings, lifecycle
 
     target = _open_target(scenario, cluster, mode, guard, state_dir)
     name, deps = target.name, target.deps
+    _use_policy(deps, policy, model, target.config)
     settings = WatchSettings(interval_s=interval, stall_minutes=stall_minutes, lookback_minutes=lookback_minutes)
     watcher = Watcher(deps, cluster=name, checkpointer=_checkpointer(state_dir / "checkpoints.sqlite"), settings=settings)
     console = _console()

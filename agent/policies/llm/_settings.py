@@ -15,7 +15,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from crashcart.agent.policies.llm._messages import Model
 from crashcart.tools.yamlio import FileError, describe_validation_error, read_yaml_file
@@ -73,6 +73,14 @@ class LLMSettings(_Strict):
     retry: Retry = Retry()
     handover_confidence: float = Field(0.6, ge=0, le=1)
     """`auto`: below this, a playbook verdict goes to the model."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_secrets(cls, data: Any) -> Any:
+        if isinstance(data, dict) and {"api_key", "key", "token"} & set(data):
+            raise ValueError("secrets never go in the config file: name the variable (api_key_env) "
+                             "or the file (api_key_file) that holds the key")
+        return data
 
 
 def parse_settings(data: Any, source: str = "llm") -> LLMSettings:
