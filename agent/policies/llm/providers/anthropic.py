@@ -8,28 +8,17 @@ from typing import Any
 
 from crashcart.agent.policies.llm import _messages
 from crashcart.agent.policies.llm._messages import ModelResponse, ToolCallRequest, ToolChoice, ToolDef, Usage
+from crashcart.agent.policies.llm.providers._base import SDKModel
 from crashcart.agent.policies.llm.providers._errors import model_error
 
 
-class AnthropicModel:
-    def __init__(self, model: str, *, base_url: str | None = None, api_key: str | None = None,
-                 timeout_s: float = 60.0, client: Any = None):
-        self.name = f"anthropic:{model}"
-        self.model = model
-        self._client = client
-        self._base_url, self._api_key, self._timeout = base_url, api_key, timeout_s
+class AnthropicModel(SDKModel):
+    provider, key_env, public_host = "anthropic", "ANTHROPIC_API_KEY", "api.anthropic.com"
 
-    @property
-    def client(self) -> Any:
-        if self._client is None:
-            import anthropic
+    def _make_client(self, key: str | None) -> Any:
+        import anthropic
 
-            key = self._api_key
-            if key is None and self._base_url and "api.anthropic.com" not in self._base_url:
-                key = os.environ.get("ANTHROPIC_API_KEY") or "not-needed"  # a local server needs none
-            self._client = anthropic.Anthropic(base_url=self._base_url, api_key=key,
-                                               timeout=self._timeout, max_retries=0)
-        return self._client
+        return anthropic.Anthropic(base_url=self._base_url, api_key=key, timeout=self._timeout, max_retries=0)
 
     def request(self, messages: list[dict[str, Any]], tools: list[ToolDef], tool_choice: ToolChoice = "auto",
                 max_tokens: int = 2048) -> ModelResponse:

@@ -8,29 +8,17 @@ from typing import Any
 
 from crashcart.agent.policies.llm import _messages
 from crashcart.agent.policies.llm._messages import ModelResponse, ToolCallRequest, ToolChoice, ToolDef, Usage
+from crashcart.agent.policies.llm.providers._base import SDKModel
 from crashcart.agent.policies.llm.providers._errors import model_error
 
 
-class OpenAIChatModel:
-    def __init__(self, model: str, *, base_url: str | None = None, api_key: str | None = None,
-                 timeout_s: float = 60.0, client: Any = None):
-        self.name = f"openai:{model}"
-        self.model = model
-        self._client = client
-        self._base_url, self._api_key, self._timeout = base_url, api_key, timeout_s
+class OpenAIChatModel(SDKModel):
+    provider, key_env, public_host = "openai", "OPENAI_API_KEY", "api.openai.com"
 
-    @property
-    def client(self) -> Any:
-        if self._client is None:
-            import openai
+    def _make_client(self, key: str | None) -> Any:
+        import openai
 
-            # A local server needs no key, but the SDK insists on one: give it a placeholder then.
-            key = self._api_key
-            if key is None and self._base_url and not _is_openai_host(self._base_url):
-                key = os.environ.get("OPENAI_API_KEY") or "not-needed"
-            # Retries are crashcart's (with its own budget and backoff), not the SDK's.
-            self._client = openai.OpenAI(base_url=self._base_url, api_key=key, timeout=self._timeout, max_retries=0)
-        return self._client
+        return openai.OpenAI(base_url=self._base_url, api_key=key, timeout=self._timeout, max_retries=0)
 
     def request(self, messages: list[dict[str, Any]], tools: list[ToolDef], tool_choice: ToolChoice = "auto",
                 max_tokens: int = 2048) -> ModelResponse:
@@ -48,10 +36,6 @@ class OpenAIChatModel:
                 raise model_error("openai", e) from None
             raise
         return from_openai(resp)
-
-
-def _is_openai_host(url: str) -> bool:
-    return "api.openai.com" in url
 
 
 def to_openai(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
