@@ -82,7 +82,9 @@ def test_a_scripted_model_investigates_concludes_and_its_plan_goes_through_the_g
     # The runbook answer was data the model got, with the playbooks' own verdict in it.
     runbook = model.requests[2]["messages"][-1]["content"]
     assert '"label":"cuda_oom"' in runbook and runbook.startswith("<tool_result")
-    assert store.get_incident(r.incident_id).incident.diagnosis["decided_by"] == "llm:test:scripted"
+    incident = store.get_incident(r.incident_id).incident
+    assert incident.diagnosis["decided_by"] == "llm:test:scripted"
+    assert "Decided by llm:test:scripted (3 model requests" in incident.report
 
 
 def test_unknown_tools_malformed_json_and_writes_mid_investigation_are_refused_back_to_the_model(scenario):
@@ -261,3 +263,19 @@ def test_auto_hands_a_chat_question_to_the_model_with_what_the_playbook_read(sce
     intro = model.requests[0]["messages"][1]["content"]
     assert "What the investigation has read so far" in intro and "OutOfMemoryError" in intro
     assert intro.count("</data>") == intro.count("<data>")  # the question cannot close its own delimiter
+
+
+@pytest.mark.parametrize("verdict, kind, why", [
+    (dict(label="unrecognized", remedy="escalate_user", confidence=0.2), "job_failed", "no playbook label matched"),
+    (dict(label="nccl_timeout", remedy="resubmit", confidence=0.55), "job_failed", "enough confidence"),
+    (dict(label="cuda_oom", remedy="resubmit_with_changes", confidence=0.85), "job_failed", "could not be computed"),
+    (dict(label="cuda_oom", remedy="resubmit_with_changes", confidence=0.85, changes={"batch_size": 4}), "chat",
+     "a person's question"),
+    (dict(label="cuda_oom", remedy="resubmit_with_changes", confidence=0.85, changes={"batch_size": 4}), "job_failed", None),
+])
+def test_auto_hands_over_where_the_playbooks_run_out(verdict, kind, why):
+    from crashcart.agent.state import Diagnosis
+
+    auto = AutoPolicy(LLMPolicy(ScriptedModel([])))
+    got = auto.why_model(Diagnosis(family="memory", **verdict), {"trigger": {"kind": kind}})
+    assert (got is None) if why is None else (why in got)
