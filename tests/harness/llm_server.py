@@ -1,7 +1,7 @@
 """A loopback model server speaking both wire formats, for driving the official SDKs.
 
-POST /v1/chat/completions is OpenAI's chat completions; POST /v1/messages is Anthropic's
-Messages API. Each request is turned into a plain conversation, answered by the "brain"
+POST /v1/chat/completions is OpenAI's chat completions, POST /v1/responses its Responses API,
+POST /v1/messages Anthropic's Messages API. Each request is turned into a plain conversation, answered by the "brain"
 the request's model name picks, and written back in that API's own format (ids, usage,
 finish reasons, error bodies as the providers send them). Brains:
 
@@ -49,6 +49,27 @@ def from_openai(body: dict[str, Any]) -> tuple[list[dict[str, Any]], str | None,
     forced = choice["function"]["name"] if isinstance(choice, dict) else None
     tools = [t["function"]["name"] for t in body.get("tools") or []]
     return events, forced, tools
+
+
+def from_responses(body: dict[str, Any]) -> tuple[list[dict[str, Any]], str | None, list[str]]:
+    events: list[dict[str, Any]] = [{"role": "system", "content": body.get("instructions") or ""}]
+    for item in body.get("input") or []:
+        kind = item.get("type")
+        if kind == "function_call":
+            call = {"id": item["call_id"], "name": item["name"], "args": item["arguments"]}
+            if events[-1]["role"] == "assistant":
+                events[-1]["calls"].append(call)
+            else:
+                events.append({"role": "assistant", "text": "", "calls": [call]})
+        elif kind == "function_call_output":
+            events.append({"role": "tool", "id": item["call_id"], "content": item["output"]})
+        elif item.get("role") == "assistant":
+            events.append({"role": "assistant", "text": item.get("content") or "", "calls": []})
+        else:
+            events.append({"role": "user", "content": item.get("content") or ""})
+    choice = body.get("tool_choice")
+    forced = choice.get("name") if isinstance(choice, dict) else None
+    return events, forced, [t["name"] for t in body.get("tools") or []]
 
 
 def from_anthropic(body: dict[str, Any]) -> tuple[list[dict[str, Any]], str | None, list[str]]:
@@ -167,6 +188,21 @@ def _openai_reply(model: str, text: str, calls: list[tuple[str, str]], body: dic
             "usage": {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}}
 
 
+def _responses_reply(model: str, text: str, calls: list[tuple[str, str]], body: dict[str, Any]) -> dict[str, Any]:
+    output: list[dict[str, Any]] = []
+    if text:
+        output.append({"type": "message", "id": f"msg_{uuid.uuid4().hex[:24]}", "role": "assistant",
+                       "status": "completed", "content": [{"type": "output_text", "text": text, "annotations": []}]})
+    output += [{"type": "function_call", "id": f"fc_{uuid.uuid4().hex[:24]}", "call_id": f"call_{uuid.uuid4().hex[:20]}",
+                "name": n, "arguments": a, "status": "completed"} for n, a in calls]
+    tokens_in, tokens_out = len(json.dumps(body)) // 4, (len(text) + sum(len(a) for _, a in calls)) // 4 + 5
+    return {"id": f"resp_{uuid.uuid4().hex[:24]}", "object": "response", "created_at": int(time.time()),
+            "status": "completed", "model": model, "output": output, "parallel_tool_calls": True,
+            "tool_choice": body.get("tool_choice", "auto"), "tools": body.get("tools") or [],
+            "usage": {"input_tokens": tokens_in, "output_tokens": tokens_out, "total_tokens": tokens_in + tokens_out,
+                      "input_tokens_details": {"cached_tokens": 0}, "output_tokens_details": {"reasoning_tokens": 0}}}
+
+
 def _anthropic_reply(model: str, text: str, calls: list[tuple[str, str]], body: dict[str, Any]) -> dict[str, Any]:
     content: list[dict[str, Any]] = [{"type": "text", "text": text}] if text else []
     for name, args in calls:
@@ -209,6 +245,8 @@ def make_handler(state: _State):
             body = json.loads(self.rfile.read(int(self.headers.get("content-length") or 0)) or b"{}")
             if self.path.rstrip("/").endswith("/chat/completions"):
                 api, (events, forced, tools) = "openai", from_openai(body)
+            elif self.path.rstrip("/").endswith("/v1/responses"):
+                api, (events, forced, tools) = "responses", from_responses(body)
             elif self.path.rstrip("/").endswith("/v1/messages"):
                 api, (events, forced, tools) = "anthropic", from_anthropic(body)
             else:
@@ -231,7 +269,7 @@ def make_handler(state: _State):
             except Exception as e:  # noqa: BLE001 - a broken brain is a 500, as a real server's bug would be
                 self._send(500, {"error": {"message": f"{type(e).__name__}: {e}", "type": "server_error"}})
                 return
-            reply = _openai_reply if api == "openai" else _anthropic_reply
+            reply = {"openai": _openai_reply, "responses": _responses_reply, "anthropic": _anthropic_reply}[api]
             self._send(200, reply(model, text, calls, body))
 
     return Handler

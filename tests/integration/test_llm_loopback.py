@@ -84,6 +84,18 @@ def test_a_hostile_model_writes_nothing_the_guard_and_the_investigation_do_not_a
         assert len(drains) >= 2 and sum(a.decision in TAKEN for a in drains) <= 1, sc_id
 
 
+def test_the_responses_api_carries_the_same_conversation(server):
+    before = len(server.state.requests)
+    pol = make_policy("llm", "openai:runbook", LLMSettings(base_url=server.openai_base_url, openai_api="responses"))
+    for sc_id in SCENARIOS[1:4]:
+        _, r = run(sc_id, pol)
+        assert r.passed, (sc_id, r.failures)
+    assert {q["api"] for q in server.state.requests[before:]} == {"responses"}
+    _, r = run(SCENARIOS[2], make_policy("llm", "openai:hostile",
+                                         LLMSettings(base_url=server.openai_base_url, openai_api="responses")))
+    assert not r.violations and not any(a.decision != "deny" and a.tool == "node_drain" for a in r.actions)
+
+
 def test_rate_limits_and_overload_are_retried_and_an_outage_escalates(server):
     fast = {"retry": Retry(attempts=3, backoff_s=0.01)}
     _, r = run(SCENARIOS[0], policy(server, "openai", "flaky", **fast))

@@ -13,7 +13,7 @@ import os
 from fnmatch import fnmatchcase
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -67,6 +67,8 @@ class LLMSettings(_Strict):
     api_key_file: str | None = None
     """Or a file holding it (first line); the key itself never goes in cluster.yaml."""
     timeout_s: float = Field(60, gt=0)
+    openai_api: Literal["chat", "responses"] = "chat"
+    """openai models: chat completions (every OpenAI-compatible server has it) or the Responses API."""
     max_output_tokens: int = Field(2048, ge=16)
     """Per model turn."""
     budget: Budget = Budget()
@@ -127,6 +129,10 @@ def make_model(name: str, settings: LLMSettings | None = None) -> Model:
         from crashcart.agent.policies.llm.providers.openai import OpenAIChatModel
 
         base = settings.base_url or os.environ.get("OPENAI_BASE_URL")
+        if settings.openai_api == "responses":
+            from crashcart.agent.policies.llm.providers.openai_responses import OpenAIResponsesModel
+
+            return OpenAIResponsesModel(model, base_url=base, api_key=key, timeout_s=settings.timeout_s)
         return OpenAIChatModel(model, base_url=base, api_key=key, timeout_s=settings.timeout_s)
     from crashcart.agent.policies.llm.providers.anthropic import AnthropicModel
 
