@@ -13,7 +13,6 @@ another process.
 from __future__ import annotations
 
 import json
-import re
 import time
 from collections.abc import Callable
 from datetime import datetime
@@ -108,7 +107,7 @@ class LLMPolicy:
                 messages.append({"role": "user", "content": f"{why_stop or 'No tool called twice'}: "
                                  "conclude now with what you have."})
             try:
-                resp, meta = self._request(messages, backend, CONCLUDE if forced else "auto", all_notes)
+                resp, meta = self._request(messages, backend, CONCLUDE if forced else "auto")
             except ModelError as e:
                 new.append(self._gave_up(f"the model could not be reached: {e}"))
                 return [], new
@@ -182,8 +181,8 @@ class LLMPolicy:
 
     # --- requests, budgets ---------------------------------------------------------------------
 
-    def _request(self, messages: list[dict[str, Any]], backend: str, choice: ToolChoice,
-                 notes: list[dict[str, Any]]) -> tuple[ModelResponse, dict[str, Any]]:
+    def _request(self, messages: list[dict[str, Any]], backend: str,
+                 choice: ToolChoice) -> tuple[ModelResponse, dict[str, Any]]:
         retry = self.settings.retry
         errors: list[str] = []
         started = self.clock()
