@@ -222,6 +222,51 @@ def _anthropic_reply(model: str, text: str, calls: list[tuple[str, str]], body: 
                       "output_tokens": (len(text) + sum(len(a) for _, a in calls)) // 4 + 5}}
 
 
+def _pieces(text: str, size: int = 40) -> list[str]:
+    return [text[i:i + size] for i in range(0, len(text), size)] or [""]
+
+
+def openai_stream(reply: dict[str, Any]) -> list[str]:
+    """The same answer as chat.completion.chunk server-sent events, as OpenAI streams them."""
+    head = {k: reply[k] for k in ("id", "created", "model", "system_fingerprint")} | {"object": "chat.completion.chunk"}
+    msg, choice = reply["choices"][0]["message"], reply["choices"][0]
+
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+        return {**head, "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]}
+
+    chunks = [chunk({"role": "assistant", "content": ""})]
+    chunks += [chunk({"content": p}) for p in _pieces(msg["content"] or "") if p]
+    for i, c in enumerate(msg.get("tool_calls") or []):
+        chunks.append(chunk({"tool_calls": [{"index": i, "id": c["id"], "type": "function",
+                                             "function": {"name": c["function"]["name"], "arguments": ""}}]}))
+        chunks += [chunk({"tool_calls": [{"index": i, "function": {"arguments": p}}]})
+                   for p in _pieces(c["function"]["arguments"])]
+    chunks.append(chunk({}, choice["finish_reason"]))
+    chunks.append({**head, "choices": [], "usage": reply["usage"]})
+    return [f"data: {json.dumps(c)}\n\n" for c in chunks] + ["data: [DONE]\n\n"]
+
+
+def anthropic_stream(reply: dict[str, Any]) -> list[str]:
+    """The same answer as the Messages API's server-sent events, block by block."""
+    events: list[tuple[str, dict[str, Any]]] = [("message_start", {"type": "message_start", "message": {
+        **reply, "content": [], "stop_reason": None, "usage": {"input_tokens": reply["usage"]["input_tokens"],
+                                                                "output_tokens": 1}}})]
+    for i, block in enumerate(reply["content"]):
+        if block["type"] == "text":
+            start, deltas = {"type": "text", "text": ""}, [{"type": "text_delta", "text": p} for p in _pieces(block["text"])]
+        else:
+            start = {"type": "tool_use", "id": block["id"], "name": block["name"], "input": {}}
+            deltas = [{"type": "input_json_delta", "partial_json": p} for p in _pieces(json.dumps(block["input"]))]
+        events.append(("content_block_start", {"type": "content_block_start", "index": i, "content_block": start}))
+        events += [("content_block_delta", {"type": "content_block_delta", "index": i, "delta": d}) for d in deltas]
+        events.append(("content_block_stop", {"type": "content_block_stop", "index": i}))
+    events.append(("message_delta", {"type": "message_delta", "delta": {"stop_reason": reply["stop_reason"],
+                                                                        "stop_sequence": None},
+                                     "usage": {"output_tokens": reply["usage"]["output_tokens"]}}))
+    events.append(("message_stop", {"type": "message_stop"}))
+    return [f"event: {name}\ndata: {json.dumps(data)}\n\n" for name, data in events]
+
+
 def _error(api: str, status: int) -> dict[str, Any]:
     kind = {429: "rate_limit_error", 503: "overloaded_error"}.get(status, "api_error")
     message = {429: "Rate limit reached for requests", 503: "The server is overloaded"}.get(status, "error")
@@ -242,6 +287,14 @@ def make_handler(state: _State):
             self.send_header("content-length", str(len(raw)))
             for k, v in (headers or {}).items():
                 self.send_header(k, v)
+            self.end_headers()
+            self.wfile.write(raw)
+
+        def _send_events(self, events: list[str]) -> None:
+            raw = "".join(events).encode()
+            self.send_response(200)
+            self.send_header("content-type", "text/event-stream")
+            self.send_header("content-length", str(len(raw)))
             self.end_headers()
             self.wfile.write(raw)
 
@@ -274,7 +327,11 @@ def make_handler(state: _State):
                 self._send(500, {"error": {"message": f"{type(e).__name__}: {e}", "type": "server_error"}})
                 return
             reply = {"openai": _openai_reply, "responses": _responses_reply, "anthropic": _anthropic_reply}[api]
-            self._send(200, reply(model, text, calls, body))
+            answer = reply(model, text, calls, body)
+            if body.get("stream") and api in {"openai", "anthropic"}:
+                self._send_events(openai_stream(answer) if api == "openai" else anthropic_stream(answer))
+                return
+            self._send(200, answer)
 
     return Handler
 

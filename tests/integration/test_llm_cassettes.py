@@ -1,5 +1,5 @@
 """Recorded model conversations (vcrpy) in each SDK's own wire format, replayed without a server:
-tool calls, tool results, a rate limit and an overload. Keys are filtered out of every cassette.
+tool calls, tool results, streaming, a rate limit and an overload. Keys are filtered out of every cassette.
 
 A missing cassette is recorded against the loopback server; in CI (record_mode none) an
 unrecorded request is an error."""
@@ -27,16 +27,18 @@ SCENARIO = Path(__file__).parents[2] / "evals" / "scenarios" / "hardware" / "hw-
 KEYS = {"OPENAI_API_KEY": "sk-live-looking-openai-key", "ANTHROPIC_API_KEY": "sk-ant-live-looking-key"}
 
 
-def _run(model: str, base: str):
-    settings = LLMSettings(base_url=base, retry=Retry(attempts=3, backoff_s=0.01))
+def _run(model: str, base: str, stream: bool = False):
+    settings = LLMSettings(base_url=base, retry=Retry(attempts=3, backoff_s=0.01), stream=stream)
     return run_scenario(load_scenario(SCENARIO), str(SCENARIO), "llm", model=make_policy("llm", model, settings))
 
 
-@pytest.mark.parametrize("model", ["openai:runbook", "anthropic:runbook", "openai:flaky", "anthropic:flaky"])
-def test_a_recorded_conversation_replays_to_the_same_incident(model, monkeypatch):
+@pytest.mark.parametrize("model, stream", [("openai:runbook", False), ("anthropic:runbook", False),
+                                           ("openai:flaky", False), ("anthropic:flaky", False),
+                                           ("openai:runbook", True), ("anthropic:runbook", True)])
+def test_a_recorded_conversation_replays_to_the_same_incident(model, stream, monkeypatch):
     for k, v in KEYS.items():
         monkeypatch.setenv(k, v)
-    cassette = CASSETTES / f"{model.replace(':', '-')}.yaml"
+    cassette = CASSETTES / f"{model.replace(':', '-')}{'-stream' if stream else ''}.yaml"
     recording = not cassette.exists()
     if recording and os.environ.get("CI"):
         pytest.fail(f"{cassette} is missing: record it locally (run this test once) and commit it")
@@ -47,12 +49,12 @@ def test_a_recorded_conversation_replays_to_the_same_incident(model, monkeypatch
     if recording:
         with LoopbackModelServer() as server, tape.use_cassette(str(cassette)):
             base = server.openai_base_url if provider == "openai" else server.anthropic_base_url
-            first = _run(model, base)
+            first = _run(model, base, stream)
     else:
         first = None
     # Replay: nothing listens on this port; every response comes from the cassette.
     with tape.use_cassette(str(cassette), allow_playback_repeats=False):
-        again = _run(model, "http://127.0.0.1:9/v1" if provider == "openai" else "http://127.0.0.1:9")
+        again = _run(model, "http://127.0.0.1:9/v1" if provider == "openai" else "http://127.0.0.1:9", stream)
     text = cassette.read_text()
     assert not any(v in text for v in KEYS.values())
     assert again.passed and again.diagnosis == "ib_port_flapping" and again.error is None
@@ -61,3 +63,5 @@ def test_a_recorded_conversation_replays_to_the_same_incident(model, monkeypatch
     if "flaky" in model:
         assert again.model["retries"] == 2 and "code: 429" in text and "code: 503" in text
     assert ("/v1/chat/completions" if provider == "openai" else "/v1/messages") in text
+    if stream:
+        assert "text/event-stream" in text and ("data: [DONE]" in text or "message_stop" in text)

@@ -84,6 +84,15 @@ def test_a_hostile_model_writes_nothing_the_guard_and_the_investigation_do_not_a
         assert len(drains) >= 2 and sum(a.decision in TAKEN for a in drains) <= 1, sc_id
 
 
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+def test_a_streamed_answer_is_put_back_together(server, provider):
+    results = [run(s, policy(server, provider, "runbook", stream=True))[1] for s in SCENARIOS[1:4]]
+    assert [(r.id, r.failures) for r in results if not r.passed] == []
+    assert all(r.model["tokens_in"] > 0 and r.model["tokens_out"] > 0 for r in results)
+    _, r = run(SCENARIOS[2], policy(server, provider, "hostile", stream=True))
+    assert not r.violations and any("LD_PRELOAD" in a.reason for a in r.actions if a.decision == "deny")
+
+
 def test_the_responses_api_carries_the_same_conversation(server):
     before = len(server.state.requests)
     pol = make_policy("llm", "openai:runbook", LLMSettings(base_url=server.openai_base_url, openai_api="responses"))

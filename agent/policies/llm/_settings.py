@@ -69,6 +69,8 @@ class LLMSettings(_Strict):
     timeout_s: float = Field(60, gt=0)
     openai_api: Literal["chat", "responses"] = "chat"
     """openai models: chat completions (every OpenAI-compatible server has it) or the Responses API."""
+    stream: bool = False
+    """Ask for the answer as a stream (server-sent events) and put it back together."""
     max_output_tokens: int = Field(2048, ge=16)
     """Per model turn."""
     budget: Budget = Budget()
@@ -133,10 +135,11 @@ def make_model(name: str, settings: LLMSettings | None = None) -> Model:
             from crashcart.agent.policies.llm.providers.openai_responses import OpenAIResponsesModel
 
             return OpenAIResponsesModel(model, base_url=base, api_key=key, timeout_s=settings.timeout_s)
-        return OpenAIChatModel(model, base_url=base, api_key=key, timeout_s=settings.timeout_s)
+        return OpenAIChatModel(model, base_url=base, api_key=key, timeout_s=settings.timeout_s, stream=settings.stream)
     from crashcart.agent.policies.llm.providers.anthropic import AnthropicModel
 
-    return AnthropicModel(model, base_url=settings.base_url, api_key=key, timeout_s=settings.timeout_s)
+    return AnthropicModel(model, base_url=settings.base_url, api_key=key, timeout_s=settings.timeout_s,
+                          stream=settings.stream)
 
 
 class Price(_Strict):

@@ -12,9 +12,10 @@ class SDKModel:
     public_host = ""
 
     def __init__(self, model: str, *, base_url: str | None = None, api_key: str | None = None,
-                 timeout_s: float = 60.0, client: Any = None):
+                 timeout_s: float = 60.0, client: Any = None, stream: bool = False):
         self.name = f"{self.provider}:{model}"
         self.model = model
+        self.stream = stream
         self._client = client
         self._base_url, self._api_key, self._timeout = base_url, api_key, timeout_s
 

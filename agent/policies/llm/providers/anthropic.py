@@ -33,12 +33,13 @@ class AnthropicModel(SDKModel):
                                      if tool_choice == "required" else {"type": "tool", "name": tool_choice})
         _messages.check_allowed("anthropic", self._base_url or os.environ.get("ANTHROPIC_BASE_URL"))
         try:
-            resp = self.client.messages.create(**kwargs)
+            if self.stream:
+                return from_anthropic_stream(self.client.messages.create(**kwargs, stream=True))
+            return from_anthropic(self.client.messages.create(**kwargs))
         except Exception as e:  # noqa: BLE001 - every SDK failure becomes a ModelError
             if type(e).__module__.startswith("anthropic"):
                 raise model_error("anthropic", e) from None
             raise
-        return from_anthropic(resp)
 
 
 def _input(arguments: str) -> dict[str, Any]:
@@ -92,3 +93,33 @@ def from_anthropic(resp: Any) -> ModelResponse:
         usage=Usage(getattr(usage, "input_tokens", 0) or 0, getattr(usage, "output_tokens", 0) or 0),
         finish_reason=getattr(resp, "stop_reason", None),
     )
+
+
+def from_anthropic_stream(events: Any) -> ModelResponse:
+    """A streamed answer put back together from its server-sent events, block by block."""
+    blocks: dict[int, dict[str, Any]] = {}
+    out = ModelResponse()
+    for event in events:
+        kind = getattr(event, "type", None)
+        if kind == "message_start":
+            out.model = event.message.model or ""
+            out.usage.input_tokens = getattr(event.message.usage, "input_tokens", 0) or 0
+        elif kind == "content_block_start":
+            b = event.content_block
+            blocks[event.index] = {"type": b.type, "text": getattr(b, "text", "") or "", "id": getattr(b, "id", ""),
+                                   "name": getattr(b, "name", ""), "json": ""}
+        elif kind == "content_block_delta":
+            d = event.delta
+            block = blocks.setdefault(event.index, {"type": "text", "text": "", "json": ""})
+            if d.type == "text_delta":
+                block["text"] += d.text
+            elif d.type == "input_json_delta":
+                block["json"] += d.partial_json
+        elif kind == "message_delta":
+            out.finish_reason = getattr(event.delta, "stop_reason", None) or out.finish_reason
+            out.usage.output_tokens = getattr(event.usage, "output_tokens", 0) or 0
+    ordered = [blocks[i] for i in sorted(blocks)]
+    out.text = "\n".join(b["text"] for b in ordered if b["type"] == "text" and b["text"])
+    out.tool_calls = [ToolCallRequest(id=b["id"], name=b["name"], arguments=b["json"] or "{}")
+                      for b in ordered if b["type"] == "tool_use"]
+    return out

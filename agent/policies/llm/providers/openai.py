@@ -29,13 +29,15 @@ class OpenAIChatModel(SDKModel):
             kwargs["tool_choice"] = (tool_choice if tool_choice in {"auto", "required"}
                                      else {"type": "function", "function": {"name": tool_choice}})
         _messages.check_allowed("openai", self._base_url or os.environ.get("OPENAI_BASE_URL"))
+        if self.stream:
+            kwargs.update(stream=True, stream_options={"include_usage": True})
         try:
             resp = self.client.chat.completions.create(**kwargs)
+            return from_openai_stream(resp) if self.stream else from_openai(resp)
         except Exception as e:  # noqa: BLE001 - every SDK failure becomes a ModelError
             if type(e).__module__.startswith("openai"):
                 raise model_error("openai", e) from None
             raise
-        return from_openai(resp)
 
 
 def to_openai(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -76,3 +78,29 @@ def from_openai(resp: Any) -> ModelResponse:
         usage=Usage(getattr(usage, "prompt_tokens", 0) or 0, getattr(usage, "completion_tokens", 0) or 0),
         finish_reason=choice.finish_reason,
     )
+
+
+def from_openai_stream(chunks: Any) -> ModelResponse:
+    """A streamed answer put back together: text deltas, tool calls by index, usage at the end."""
+    text: list[str] = []
+    calls: dict[int, dict[str, str]] = {}
+    out = ModelResponse()
+    for chunk in chunks:
+        out.model = getattr(chunk, "model", "") or out.model
+        usage = getattr(chunk, "usage", None)
+        if usage is not None:
+            out.usage = Usage(usage.prompt_tokens or 0, usage.completion_tokens or 0)
+        for choice in getattr(chunk, "choices", None) or []:
+            delta = choice.delta
+            text.append(getattr(delta, "content", None) or "")
+            for c in getattr(delta, "tool_calls", None) or []:
+                slot = calls.setdefault(c.index, {"id": "", "name": "", "arguments": ""})
+                slot["id"] = c.id or slot["id"]
+                if c.function is not None:
+                    slot["name"] += c.function.name or ""
+                    slot["arguments"] += c.function.arguments or ""
+            out.finish_reason = choice.finish_reason or out.finish_reason
+    out.text = "".join(text)
+    out.tool_calls = [ToolCallRequest(id=c["id"] or f"call_{i}", name=c["name"], arguments=c["arguments"])
+                      for i, c in sorted(calls.items())]
+    return out
