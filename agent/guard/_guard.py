@@ -99,8 +99,8 @@ class Guard:
         # One lock across count, decide and journal: two checks must not both fit in the last slot.
         with self.store.lock:
             verdict = self._decide(call.tool, effect, target, now)
-            if review is not None and verdict.decision != "deny":
-                verdict = self._narrow(verdict, review)
+            if review is not None:
+                verdict = self._narrow(verdict, review, call.tool, target)
             if verdict.trip:
                 self.store.trip_breaker(self.cluster, verdict.trip, now)
             return self._journal(call.action_id, call.tool, call.args, verdict, incident_id, target, now)
@@ -146,12 +146,17 @@ class Guard:
             return _Verdict("allow", f"{tool} is permitted.", f"permissions[{permission[0]}]")
         return _Verdict("dry_run", f"Dry run: {tool} is proposed, nothing runs.", "mode:dry_run")
 
-    def _narrow(self, verdict: _Verdict, review: Review) -> _Verdict:
+    def _narrow(self, verdict: _Verdict, review: Review, tool: str, target: ActionTarget | None) -> _Verdict:
+        # The review's own refusal is the one journaled (and routed), even where the guard refuses too:
+        # a write the plan never should have held must not page a team as if it had been fair.
         if review.verdict == "deny":
             return _Verdict("deny", review.reason, review.rule, review.escalate_to)
-        if verdict.decision == "needs_approval":
+        if verdict.decision == "deny":
+            return verdict
+        tier = self.policy.tier_for(tool, target or ActionTarget(tool=tool))
+        who = ", ".join(self.policy.approvers_of(tier[1]) if tier else self.policy.approvers)
+        if verdict.decision == "needs_approval" and who:
             return dataclasses.replace(verdict, reason=f"{verdict.reason} Also: {review.reason}")
-        who = ", ".join(self.policy.approvers)
         if not who:
             return _Verdict("deny", f"{review.reason} This needs a person's approval and the policy names "
                             "nobody who may give it.", review.rule, review.escalate_to)

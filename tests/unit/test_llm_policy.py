@@ -279,3 +279,29 @@ def test_auto_hands_over_where_the_playbooks_run_out(verdict, kind, why):
     auto = AutoPolicy(LLMPolicy(ScriptedModel([])))
     got = auto.why_model(Diagnosis(family="memory", **verdict), {"trigger": {"kind": kind}})
     assert (got is None) if why is None else (why in got)
+
+
+def test_a_review_only_narrows_the_guard():
+    from crashcart.agent.guard import Guard, Review
+    from crashcart.tools import ActionTarget, ToolCall
+
+    def check(policy, review, tool="node_drain"):
+        guard = Guard(policy_from_dict(policy), IncidentStore(":memory:"), cluster="c")
+        call = ToolCall(tool=tool, args={"node": "n1", "reason": "r"})
+        target = ActionTarget(tool=tool, node="n1", partition="p", partition_nodes=100)
+        return guard.check(call, "write", target, "inc-1", review=review)
+
+    deny = Review("deny", "names a node nobody observed", "review:observed")
+    ask = Review("needs_approval", "the playbooks disagree", "review:contradicts_playbook")
+    # The guard's own refusal (no permission, routed to infra) gives way to the review's, unrouted.
+    d = check({"mode": "autonomous"}, deny)
+    assert (d.decision, d.rule, d.escalate_to) == ("deny", "review:observed", None)
+    allowed = {"mode": "autonomous", "permissions": [{"tool": "*"}]}
+    assert check(allowed, None).decision == "allow"
+    assert check({**allowed, "approvers": ["alice"]}, ask).decision == "needs_approval"
+    assert check({**allowed, "mode": "dry_run", "approvers": ["alice"]}, ask).decision == "dry_run"
+    # Nobody may approve: a tier that names no one, or no approvers at all, refuses.
+    assert check({**allowed, "approval": [{"tool": "node_drain"}]}, ask).decision == "deny"
+    assert check(allowed, ask).decision == "deny"
+    # A review never widens: what the guard refuses stays refused.
+    assert check({"mode": "observe", "permissions": [{"tool": "*"}], "approvers": ["alice"]}, ask).decision == "deny"
