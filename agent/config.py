@@ -16,6 +16,21 @@ slurm:                            # tools/backends/slurm/_config.py: SlurmSettin
   node_access: {method: ssh}      # ssh | srun | none
   resubmit: {config: args}        # args | file (config_file: ...) | none
 guard: guard.yaml                 # a path (relative to this file) or the policy inline
+notifiers:                        # agent/notify: where escalate/notify go (the store always)
+  - {kind: webhook, url: "https://hooks.example.org/oncall", token_env: ONCALL_TOKEN}
+  - {kind: email, host: smtp.example.org, port: 587, security: starttls, username: crashcart,
+     password_env: SMTP_PASSWORD, sender: crashcart@example.org, to: [gpu-oncall@example.org]}
+```
+
+or, for Kubernetes (tools/backends/kubernetes/_config.py: KubernetesSettings):
+
+```yaml
+name: gpu-k8s
+backend: kubernetes
+kubernetes:
+  connection: {method: kubeconfig, kubeconfig: ~/.kube/config, context: gpu-prod}   # or method: in_cluster
+  namespaces: [training, research]
+guard: guard.yaml                 # a path (relative to this file) or the policy inline
 ```
 
 Strict like every crashcart file: an unknown key is an error naming the file and the
@@ -28,9 +43,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from crashcart.agent.guard import GuardPolicy, PolicyError, load_policy, policy_from_dict
+from crashcart.tools.backends.kubernetes._config import KubernetesSettings
 from crashcart.tools.backends.slurm import SlurmBackend, SlurmSettings
 from crashcart.tools.yamlio import DataFileError, FileError, describe_validation_error, read_yaml_file
 
@@ -43,17 +59,40 @@ class ClusterConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: str
-    backend: Literal["slurm"]
+    backend: Literal["slurm", "kubernetes"]
     slurm: SlurmSettings = SlurmSettings()
+    kubernetes: KubernetesSettings = KubernetesSettings()
     llm: dict[str, Any] | None = None
     """The model for `--policy llm|auto` (agent/policies/llm/_settings.py: LLMSettings): model,
     base_url, api_key_env or api_key_file (never the key itself), budget, retry."""
     guard: str | dict[str, Any] | None = None
     """A guard policy: a path to a guard.yaml (relative to this file) or the same mapping
     inline. Absent: the built-in policy (dry_run)."""
+    notifiers: list[Any] = []
+    """Where escalations and notifications go (agent/notify): NotifierSettings by kind."""
 
-    def make_backend(self, transport=None) -> SlurmBackend:
-        return SlurmBackend(self.slurm, transport=transport)
+    @field_validator("notifiers", mode="before")
+    @classmethod
+    def _notifiers(cls, v: Any) -> Any:
+        from crashcart.agent.notify import parse_notifiers
+
+        return parse_notifiers(v)
+
+    def make_backend(self, transport=None):
+        return _BACKENDS[self.backend](self, transport)
+
+
+def _kubernetes(config: ClusterConfig, _transport=None):
+    from crashcart.tools.backends.kubernetes import KubernetesBackend  # the client loads on first use
+
+    return KubernetesBackend(config.kubernetes)
+
+
+# backend: -> how a cluster config makes it (one line each).
+_BACKENDS = {
+    "slurm": lambda config, transport: SlurmBackend(config.slurm, transport=transport),
+    "kubernetes": _kubernetes,
+}
 
 
 def parse_cluster_config(data: Any, source: str | Path = "<cluster config>") -> tuple[ClusterConfig, GuardPolicy]:

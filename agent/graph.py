@@ -18,7 +18,7 @@ from crashcart.agent.crashpoints import crash_point
 from crashcart.agent.guard import Guard
 from crashcart.agent.policies.base import Policy
 from crashcart.agent.report import incident_summary
-from crashcart.agent.state import ActionRecord, IncidentState, Observation
+from crashcart.agent.state import ActionRecord, Diagnosis, IncidentState, Observation
 from crashcart.agent.store import IncidentStore
 from crashcart.tools import REGISTRY, Backend, ToolCall, ToolError
 from crashcart.tools.backends.base import acting_for
@@ -33,17 +33,29 @@ class Deps:
     guard: Guard
     store: IncidentStore
     policy: Policy
+    notifier: Any = None
+    """Delivers executed escalate/notify actions to people (agent/notify.Dispatcher); None: nobody."""
 
 
 def _call_tool(deps: Deps, call: ToolCall) -> tuple[bool, Any, str | None]:
+    ok, out, err, _ = _call_backend(deps, call)
+    return ok, out, err
+
+
+def _call_backend(deps: Deps, call: ToolCall) -> tuple[bool, Any, str | None, bool]:
+    """(ok, output, error, backend_failed): backend_failed when a well-formed call reached the
+    backend and it could not answer (a bad call is the asker's fault, not the cluster's)."""
     try:
         spec = REGISTRY.get(call.tool)
         if deps.backend.kind not in spec.backends:
             raise ToolError(f"{call.tool} is not available on a {deps.backend.kind} cluster")
-        out = deps.backend.run(spec, spec.parse_args(call.args))
-        return True, out, None
+        args = spec.parse_args(call.args)
     except ToolError as e:
-        return False, None, str(e)
+        return False, None, str(e), False
+    try:
+        return True, deps.backend.run(spec, args), None, False
+    except ToolError as e:
+        return False, None, str(e), True
 
 
 def build_graph(checkpointer: Any = None):
@@ -71,13 +83,13 @@ def build_graph(checkpointer: Any = None):
 
     def run_tools(state: IncidentState, runtime: Runtime[Deps]) -> dict[str, Any]:
         deps = runtime.context
-        with deps.store.batch():
-            new = _run_reads(deps, state)
-        return {"observations": new, "pending": []}
+        return {"observations": _run_reads(deps, state), "pending": []}
 
     def diagnose(state: IncidentState, runtime: Runtime[Deps]) -> dict[str, Any]:
         deps = runtime.context
-        diagnosis, plan = deps.policy.diagnose(dict(state), deps.backend.now())
+        # A cluster that did not answer proves nothing: "could not investigate" is the verdict,
+        # and a person hears of it, never "healthy".
+        diagnosis, plan = investigation_failure(state) or deps.policy.diagnose(dict(state), deps.backend.now())
         deps.store.update_incident(state["incident_id"], status="diagnosed", diagnosis=diagnosis.model_dump(mode="json"))
         return {"diagnosis": diagnosis.model_dump(mode="json"), "plan": [c.model_dump() for c in plan]}
 
@@ -139,6 +151,7 @@ def build_graph(checkpointer: Any = None):
                     result or {"error": err}, at=deps.backend.now(),
                 )
             updated.append(a)
+        _deliver(deps, state, updated)
         return {"actions": updated}
 
     def report(state: IncidentState, runtime: Runtime[Deps]) -> dict[str, Any]:
@@ -164,6 +177,16 @@ def build_graph(checkpointer: Any = None):
     g.add_conditional_edges("act", route_after_act)
     g.add_edge("report", END)
     return g.compile(checkpointer=checkpointer)
+
+
+def _deliver(deps: Deps, state: IncidentState, actions: list[dict[str, Any]]) -> None:
+    """Every executed escalate/notify reaches people. Run on each pass through act, so one whose
+    delivery a crash cut short is sent on resume; the dispatcher skips notifiers already done."""
+    if deps.notifier is None:
+        return
+    for a in actions:
+        if a["tool"] in ("escalate", "notify") and a.get("result") and not a.get("error"):
+            deps.notifier.deliver(state["cluster"], state["incident_id"], a, deps.backend.now())
 
 
 def _check_plan(deps: Deps, state: IncidentState) -> list[dict[str, Any]]:
@@ -221,6 +244,7 @@ def _run_reads(deps: Deps, state: IncidentState) -> list[dict[str, Any]]:
     """Run the pending read calls through the guard; each becomes an observation, journaled."""
     seq = len(state.get("observations") or [])
     new: list[dict[str, Any]] = []
+    journal: list[tuple[Observation, str, Any]] = []
     for raw in state.get("pending") or []:
         call = ToolCall.model_validate(raw)
         seq += 1
@@ -237,14 +261,20 @@ def _run_reads(deps: Deps, state: IncidentState) -> list[dict[str, Any]]:
         if error is not None:
             obs = Observation(seq=seq, tool=call.tool, args=call.args, ok=False, error=error)
         else:
-            ok, out, err = _call_tool(deps, call)
+            ok, out, err, backend_failed = _call_backend(deps, call)
             data = out.model_dump(mode="json") if out is not None else {}
-            obs = Observation(seq=seq, tool=call.tool, args=call.args, ok=ok, text=data.get("text", ""), data=data, error=err)
-        deps.store.record_tool_call(
-            state["incident_id"], call.tool, call.args, effect or "unknown", obs.ok,
-            output_excerpt=obs.text[:OUTPUT_EXCERPT], error=obs.error, at=deps.backend.now(),
-        )
+            obs = Observation(seq=seq, tool=call.tool, args=call.args, ok=ok, text=data.get("text", ""), data=data,
+                              error=err, backend_failed=backend_failed)
+        journal.append((obs, effect or "unknown", deps.backend.now()))
         new.append(obs.model_dump(mode="json"))
+    # Journaled together once the reads are done: the store (which other processes share) is
+    # not held while the cluster answers.
+    with deps.store.batch():
+        for obs, effect, at in journal:
+            deps.store.record_tool_call(
+                state["incident_id"], obs.tool, obs.args, effect, obs.ok,
+                output_excerpt=obs.text[:OUTPUT_EXCERPT], error=obs.error, at=at,
+            )
     return new
 
 
@@ -260,12 +290,41 @@ def _verdicts(answer: Any, pending: list[dict[str, Any]]) -> dict[str, tuple[str
     return {a["action_id"]: (str(answer.get("approver", "")), bool(answer.get("approved"))) for a in pending}
 
 
+INVESTIGATION_FAILED = "investigation_failed"
+
+
+def investigation_failure(state: IncidentState) -> tuple[Diagnosis, list[ToolCall]] | None:
+    """When the backend failed most of the calls the investigation made: that diagnosis, and
+    an escalation to infra carrying the errors; None when the cluster answered."""
+    ran = [o for o in state.get("observations") or [] if o.get("ok") or o.get("backend_failed")]
+    failed = [o for o in ran if o.get("backend_failed")]
+    if not failed or len(failed) * 2 <= len(ran):
+        return None
+    errors = list(dict.fromkeys(f"{o['tool']}: {(o.get('error') or '').strip()[:300]}" for o in failed))[:8]
+    summary = (f"Could not investigate: the cluster failed {len(failed)} of the {len(ran)} calls the "
+               f"investigation made, so nothing here says whether anything is wrong. First error: {errors[0]}")
+    trigger = state.get("trigger") or {}
+    entity = f"job:{trigger['job']}" if trigger.get("job") else f"node:{trigger['node']}" if trigger.get("node") else None
+    diagnosis = Diagnosis(label=INVESTIGATION_FAILED, family="unknown", root_cause=entity, remedy="escalate_infra",
+                          confidence=0.0, evidence=errors, summary=summary, team="infra")
+    escalate = ToolCall(tool="escalate", args={
+        "team": "infra", "severity": "high", "summary": summary, "evidence": errors,
+        "reason": "crashcart could not investigate: the cluster did not answer",
+    })
+    return diagnosis, [escalate]
+
+
 def _final_status(state: IncidentState) -> str:
     actions = state.get("actions") or []
     decisions = {a["decision"] for a in actions}
     if "needs_approval" in decisions:
         return "awaiting_approval"
+    if (state.get("diagnosis") or {}).get("label") == INVESTIGATION_FAILED:
+        return INVESTIGATION_FAILED
     executed = [a for a in actions if a.get("result")]
+    if not executed and any(a["decision"] == "dry_run" or a.get("rule") == "mode:observe" for a in actions):
+        # Observe and dry-run change nothing: the plan was proposed, not done.
+        return "proposed"
     if any(a["tool"] == "escalate" for a in executed) or any(a.get("escalate_to") for a in actions if a["decision"] == "deny"):
         return "escalated"
     if any(a["tool"] in {"resubmit", "node_drain", "cancel_job"} for a in executed):

@@ -23,9 +23,16 @@ class IncidentRun:
     """True when the run stopped to wait for a person's approval."""
 
 
-def make_deps(backend: Backend, policy: Policy, guard_policy: GuardPolicy, store: IncidentStore, cluster: str) -> Deps:
+def make_deps(backend: Backend, policy: Policy, guard_policy: GuardPolicy, store: IncidentStore, cluster: str,
+              notifiers: list[Any] | None = None) -> Deps:
+    """`notifiers`: where executed escalations go (the store always, then these); None: no delivery."""
     guard = Guard(guard_policy, store, cluster=cluster, clock=backend.now)
-    return Deps(backend=backend, guard=guard, store=store, policy=policy)
+    notifier = None
+    if notifiers is not None:
+        from crashcart.agent.notify import Dispatcher
+
+        notifier = Dispatcher(store, notifiers)
+    return Deps(backend=backend, guard=guard, store=store, policy=policy, notifier=notifier)
 
 
 def start_incident(deps: Deps, trigger: dict[str, Any], *, cluster: str, source: str,

@@ -22,6 +22,8 @@ class Observation(BaseModel):
     text: str = ""
     data: dict[str, Any] = Field(default_factory=dict)
     error: str | None = None
+    backend_failed: bool = False
+    """The call was well formed and the cluster could not answer it (unreachable, misconfigured)."""
 
 
 class Diagnosis(BaseModel):
@@ -44,6 +46,8 @@ class Diagnosis(BaseModel):
     """Other labels that matched, best first, for the transcript."""
     ruled_out: list[str] = Field(default_factory=list)
     """Labels something pointed at that did not hold up, and why (what a healthy verdict rests on)."""
+    chart: dict[str, Any] | None = None
+    """A capacity answer's figures as a chart: {title, hours, series: {name: [value per hour]}, capacity}."""
     decided_by: str | None = None
     """Which policy concluded (playbook, llm:MODEL) when more than one could have, and why."""
 

@@ -8,14 +8,25 @@ job, the breaker's state and single-use approvals, so that a restarted agent
 
 Times are timezone-aware in Python and stored as UTC TIMESTAMP: TIMESTAMPTZ
 would make DuckDB need pytz to hand them back.
+
+Many processes share one store file (`watch`, `approve` from another terminal, `incidents`,
+`export`), and DuckDB lets only one process open a file at a time. So a store holds its
+connection only while it is working: it connects on first use, keeps the connection while
+calls come in quick succession (opening one costs tens of milliseconds), and lets it go
+after IDLE_S without a call, and after HOLD_S of continuous use. A process that finds the
+file taken waits and retries, up to `wait_s`. Whatever holds the store (`with store.lock:`)
+holds the file, so the guard's count-decide-journal is atomic across processes too.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import random
 import threading
-from contextlib import contextmanager
+import time
 import uuid
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Iterator
@@ -24,6 +35,14 @@ import duckdb
 from pydantic import BaseModel, ConfigDict
 
 MAX_EXCERPT_CHARS = 4_000
+IDLE_S = 0.2
+"""A connection unused this long is closed, so another process can open the file."""
+HOLD_S = 1.0
+"""A process that used the file this long without a pause lets it go for YIELD_S."""
+YIELD_S = 0.08
+WAIT_S = float(os.environ.get("CRASHCART_STORE_WAIT_S", "120"))
+"""How long a process waits for another to let the store go before giving up."""
+_RETRY_MAX_S = 0.04
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS incidents (
@@ -50,6 +69,9 @@ CREATE TABLE IF NOT EXISTS detections (
     cluster TEXT, "key" TEXT, incident_id TEXT, "at" TIMESTAMP, PRIMARY KEY (cluster, "key"));
 CREATE TABLE IF NOT EXISTS tapes (
     incident_id TEXT PRIMARY KEY, tape TEXT);
+CREATE TABLE IF NOT EXISTS deliveries (
+    incident_id TEXT, action_id TEXT, notifier TEXT, kind TEXT, status TEXT, attempts INTEGER,
+    error TEXT, payload TEXT, "at" TIMESTAMP);
 CREATE TABLE IF NOT EXISTS breaker (
     cluster TEXT PRIMARY KEY, tripped BOOLEAN, reason TEXT, tripped_at TIMESTAMP,
     reset_by TEXT, reset_at TIMESTAMP);
@@ -59,6 +81,30 @@ CREATE TABLE IF NOT EXISTS breaker (
 class StoreError(Exception):
     """The store refused a write that would break the journal (an unknown incident, an
     action with no 'allow' decision before it)."""
+
+
+class StoreBusy(StoreError):
+    """Another process held the store longer than this one was willing to wait."""
+
+
+def _is_lock_conflict(e: Exception) -> bool:
+    text = str(e)
+    return "Could not set lock" in text or "Conflicting lock" in text
+
+
+class _Hold:
+    """`with store.lock:` — this thread has the store, and this process has its file, until the
+    block ends; re-entrant."""
+
+    def __init__(self, store: IncidentStore):
+        self._store = store
+
+    def __enter__(self) -> _Hold:
+        self._store._enter()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._store._exit()
 
 
 class _Row(BaseModel):
@@ -126,6 +172,21 @@ class Approval(_Row):
     used: bool
 
 
+class Delivery(_Row):
+    """One attempt to get an escalation or notification to people through one notifier."""
+
+    incident_id: str
+    action_id: str
+    notifier: str
+    kind: str
+    status: str
+    """delivered | dead_letter (every retry failed: the payload waits here for a person)."""
+    attempts: int
+    error: str | None
+    payload: dict[str, Any]
+    at: datetime
+
+
 class BreakerState(_Row):
     cluster: str
     tripped: bool = False
@@ -172,34 +233,124 @@ def _loads(s: str | None) -> Any:
 
 
 _TIME_COLS = {"at", "opened_at", "updated_at", "tripped_at", "reset_at"}
-_JSON_COLS = {"args", "trigger", "diagnosis", "result", "target"}
+_JSON_COLS = {"args", "trigger", "diagnosis", "result", "target", "payload"}
 
 
 class IncidentStore:
-    """The journal; safe to share between threads of one process (one lock, one connection)."""
+    """The journal; safe to share between threads and between processes (see the module doc)."""
 
-    def __init__(self, path: str | Path = ":memory:"):
+    def __init__(self, path: str | Path = ":memory:", *, wait_s: float | None = None):
         self.path = str(path)
-        # One thread: the journal runs tiny statements, and a pool of workers only contends.
-        self._con = duckdb.connect(self.path)
-        self._con.execute("SET threads = 1")
-        # Re-entrant so the guard can hold it across a read-decide-journal sequence.
-        self.lock = threading.RLock()
-        self._con.execute(_SCHEMA)
+        self.wait_s = WAIT_S if wait_s is None else wait_s
+        # An in-memory store has no file for another process to want: it keeps its connection.
+        self._shared = not self.path.startswith(":memory:")
+        self._mutex = threading.RLock()
+        self._idle = threading.Condition(self._mutex)
+        self.lock = _Hold(self)
+        self._con: Any = None
+        self._depth = 0
+        self._opened_at = self._last_used = 0.0
+        self._yielded_at = -1.0
+        self._closed = False
+        self._closer: threading.Thread | None = None
+        self._schema_ready = False
         self._seq: dict[tuple[str, str], int] = {}
         self._batch_depth = 0
         self._pending_calls: list[list[Any]] = []
         self._status: dict[str, str | None] = {}
+        with self.lock:  # creates the schema, and fails here if the file is not a store
+            pass
 
     def close(self) -> None:
-        with self.lock:
-            self._con.close()
+        with self._mutex:
+            self._disconnect()
+            self._closed = True
+            self._idle.notify_all()
 
     def __enter__(self) -> IncidentStore:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    # --- holding the file -------------------------------------------------------
+
+    def _enter(self) -> None:
+        self._mutex.acquire()
+        try:
+            if self._closed:
+                raise StoreError(f"the incident store {self.path} is closed")
+            if self._con is None:
+                self._connect()
+        except BaseException:
+            self._mutex.release()
+            raise
+        self._depth += 1
+
+    def _exit(self) -> None:
+        try:
+            self._depth -= 1
+            if self._depth == 0 and self._shared:
+                self._last_used = time.monotonic()
+                if self._last_used - self._opened_at > HOLD_S:
+                    self._disconnect()
+                    self._yielded_at = self._last_used
+                else:
+                    self._idle.notify()
+        finally:
+            self._mutex.release()
+
+    def _connect(self) -> None:
+        if self._shared and time.monotonic() - self._yielded_at < YIELD_S:
+            # This process just let the file go after a long hold: give a waiting one its turn.
+            time.sleep(YIELD_S)
+        deadline = time.monotonic() + self.wait_s
+        delay = 0.002
+        while True:
+            try:
+                con = duckdb.connect(self.path)
+                break
+            except duckdb.IOException as e:
+                if not _is_lock_conflict(e):
+                    raise
+                if time.monotonic() >= deadline:
+                    raise StoreBusy(
+                        f"the incident store {self.path} stayed busy for {self.wait_s:g} s: another "
+                        f"process holds it ({e}); try again, or raise CRASHCART_STORE_WAIT_S"
+                    ) from None
+                time.sleep(delay * (0.5 + random.random()))
+                delay = min(delay * 2, _RETRY_MAX_S)
+        # One thread: the journal runs tiny statements, and a pool of workers only contends.
+        con.execute("SET threads = 1")
+        self._con = con
+        self._opened_at = self._last_used = time.monotonic()
+        if not self._schema_ready:
+            con.execute(_SCHEMA)
+            self._schema_ready = True
+        if self._shared and self._closer is None:
+            self._closer = threading.Thread(target=self._close_when_idle, name="store-idle", daemon=True)
+            self._closer.start()
+
+    def _disconnect(self) -> None:
+        if self._con is not None:
+            self._con.close()
+            self._con = None
+        # What another process may write while the file is not ours: ask again next time.
+        self._seq.clear()
+        self._status.clear()
+
+    def _close_when_idle(self) -> None:
+        with self._idle:
+            while not self._closed:
+                if self._con is None:
+                    self._idle.wait()
+                    continue
+                # Holding the mutex here means no thread is inside the store.
+                idle = time.monotonic() - self._last_used
+                if idle >= IDLE_S:
+                    self._disconnect()
+                else:
+                    self._idle.wait(IDLE_S - idle)
 
     # --- plumbing -------------------------------------------------------------
 
@@ -371,6 +522,10 @@ class IncidentStore:
         )
 
     def get_incident(self, incident_id: str) -> IncidentDetail | None:
+        with self.lock:  # one consistent picture, not rows from before and after another's write
+            return self._get_incident(incident_id)
+
+    def _get_incident(self, incident_id: str) -> IncidentDetail | None:
         found = self._rows(Incident, "SELECT * FROM incidents WHERE id = ?", [incident_id])
         if not found:
             return None
@@ -549,3 +704,40 @@ class IncidentStore:
                 [action_id, incident_id, a.approver, _db_time(a.at)],
             )
             return a.model_copy(update={"used": True})
+
+    # --- deliveries (agent/notify) --------------------------------------------
+
+    def record_delivery(self, incident_id: str, action_id: str, notifier: str, kind: str, status: str,
+                        attempts: int, payload: dict[str, Any], *, error: str | None = None,
+                        at: datetime | None = None) -> None:
+        with self.lock:
+            self._con.execute(
+                "INSERT INTO deliveries VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [incident_id, action_id, notifier, kind, status, attempts, error, _dumps(payload),
+                 _db_time(self._now(at))],
+            )
+
+    def deliveries(self, incident_id: str) -> list[Delivery]:
+        return self._rows(Delivery, 'SELECT * FROM deliveries WHERE incident_id = ? ORDER BY "at", rowid',
+                          [incident_id])
+
+    def delivered_to(self, action_id: str) -> set[str]:
+        """The notifiers that already delivered this action (a resumed incident does not send twice)."""
+        with self.lock:
+            rows = self._con.execute(
+                "SELECT DISTINCT notifier FROM deliveries WHERE action_id = ? AND status = 'delivered'",
+                [action_id]).fetchall()
+        return {r[0] for r in rows}
+
+    def undelivered_counts(self, incident_ids: list[str]) -> dict[str, int]:
+        """Per incident, the deliveries that ended in the dead-letter record and never got through."""
+        if not incident_ids:
+            return {}
+        marks = ", ".join("?" * len(incident_ids))
+        with self.lock:
+            rows = self._con.execute(
+                f"SELECT incident_id, count(*) FROM deliveries d WHERE status = 'dead_letter'"
+                f" AND incident_id IN ({marks}) AND NOT EXISTS (SELECT 1 FROM deliveries x"
+                f" WHERE x.action_id = d.action_id AND x.notifier = d.notifier AND x.status = 'delivered')"
+                f" GROUP BY incident_id", incident_ids).fetchall()
+        return {r[0]: int(r[1]) for r in rows}

@@ -38,6 +38,48 @@ def _bars(title: str, rows: dict[str, dict[str, int]]) -> str:
     return f"<h3>{escape(title)}</h3>" + "".join(parts) + "</svg>"
 
 
+CHART_W, CHART_H = 600, 160
+SERIES_COLORS = {"waiting": "#b42318", "running": "#0b6bcb"}
+
+
+def _hour_chart(chart: dict[str, Any]) -> str:
+    """Bars per hour of day, one color per series, and the capacity as a line: a capacity answer's figures."""
+    series = chart.get("series") or {}
+    hours = chart.get("hours") or list(range(24))
+    capacity = chart.get("capacity") or 0
+    top = max([capacity] + [v for values in series.values() for v in values] + [1])
+    slot = CHART_W / len(hours)
+    bar = slot / (len(series) + 1)
+    parts = [f'<svg role="img" aria-label="{escape(chart.get("title", "chart"))}" width="{CHART_W + 60}" '
+             f'height="{CHART_H + 40}">']
+    for i, (name, values) in enumerate(series.items()):
+        color = SERIES_COLORS.get(name, "#8a93a6")
+        for h, v in zip(hours, values):
+            height = CHART_H * v / top
+            parts.append(f'<rect x="{40 + h * slot + i * bar:.1f}" y="{10 + CHART_H - height:.1f}" width="{bar:.1f}" '
+                         f'height="{height:.1f}" fill="{color}"><title>{h:02d}:00 {escape(name)} {v:g}</title></rect>')
+        parts.append(f'<text x="{60 + i * 110}" y="{CHART_H + 36}" font-size="12" fill="{color}">{escape(name)}</text>')
+    if capacity:
+        y = 10 + CHART_H - CHART_H * capacity / top
+        parts.append(f'<line x1="40" x2="{40 + CHART_W}" y1="{y:.1f}" y2="{y:.1f}" stroke="#1d2330" stroke-dasharray="4 3"/>'
+                     f'<text x="{44 + CHART_W}" y="{y + 4:.1f}" font-size="11">{capacity:g}</text>')
+    for h in hours[::3]:
+        parts.append(f'<text x="{40 + h * slot:.1f}" y="{CHART_H + 22}" font-size="11">{h:02d}</text>')
+    parts.append(f'<text x="0" y="14" font-size="11">{top:g}</text><text x="0" y="{CHART_H + 10}" font-size="11">0</text>')
+    return f"<h3>{escape(chart.get('title', ''))}</h3>" + "".join(parts) + "</svg>"
+
+
+def _charts(report) -> list[str]:
+    charted = [r for r in report.scenarios if r.chart]
+    if not charted:
+        return []
+    html = ["<h2>Capacity answers</h2>"]
+    for r in charted:
+        html.append(f"<p><b>{escape(r.id)}</b>: {escape(r.summary or '')}</p>")
+        html.append(_hour_chart(r.chart))
+    return html
+
+
 def _table(header: list[str], rows: list[list[Any]]) -> str:
     head = "".join(f"<th>{escape(str(h))}</th>" for h in header)
     body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in rows)
@@ -79,7 +121,10 @@ def render_html(report) -> str:
         ("forbidden actions", str(s.violations)),
         ("errors", str(s.errors)),
         ("suite time", f"{s.duration_s:.1f} s"),
+        ("median tool calls", f"{s.median_tool_calls:g}"),
     ]
+    if s.budgeted:
+        kpis.append(("over budget", f"{s.over_budget}/{s.budgeted} (median {s.median_budgeted_calls:g} of {s.median_budget:g})"))
     if holdout:
         kpis.append(("holdout", f"{holdout['passed']}/{holdout['total']}"))
     if report.logs is not None:
@@ -113,6 +158,7 @@ def render_html(report) -> str:
                 ["log", "expected", "got", "source"],
                 [[escape(c.path), escape("/".join(c.expected_family)), escape(f"{c.family} / {c.diagnosis}" if not c.error else c.error),
                   escape(c.source or "")] for c in wrong]))
+    html += _charts(report)
     failed = [r for r in report.scenarios if not r.passed]
     html.append(f"<h2>Scenarios not passed ({len(failed)})</h2>")
     html += [_failure(r) for r in failed] or ["<p class=ok>Every scenario passed.</p>"]

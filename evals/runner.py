@@ -5,6 +5,7 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import time
+from statistics import median
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from functools import lru_cache
@@ -57,7 +58,13 @@ class ScenarioResult(BaseModel):
     actions: list[ActionTaken] = Field(default_factory=list)
     """Every write action attempted, with the guard's decision."""
     violations: list[str] = Field(default_factory=list)
+    summary: str | None = None
+    """The diagnosis in words (a capacity question's answer)."""
+    chart: dict[str, Any] | None = None
+    """A capacity answer's chart (GPUs waiting and running by hour of day), drawn in the HTML report."""
     tool_calls: int = 0
+    max_tool_calls: int | None = None
+    """The scenario's budget of tool calls, when it sets one: more counts as a failure."""
     duration_ms: float = 0.0
     failures: list[str] = Field(default_factory=list)
     error: str | None = None
@@ -80,6 +87,15 @@ class EvalSummary(BaseModel):
     by_family: dict[str, dict[str, int]]
     by_backend: dict[str, dict[str, int]]
     by_split: dict[str, dict[str, int]]
+    median_tool_calls: float = 0.0
+    budgeted: int = 0
+    """Scenarios that set `max_tool_calls`."""
+    median_budget: float | None = None
+    """The median `max_tool_calls` over the budgeted scenarios."""
+    median_budgeted_calls: float | None = None
+    """The median tool calls over the same scenarios: what the budgets are measured against."""
+    over_budget: int = 0
+    """Scenarios that took more calls than their budget (each also counted as failed)."""
     model_by_family: dict[str, dict[str, float]] = Field(default_factory=dict)
     """llm and auto: per family, scenarios the model decided, tokens in and out, cost, latency, tool calls."""
 
@@ -126,6 +142,8 @@ def run_scenario(scenario: Scenario, path: str = "", policy_name: str = "playboo
     result.remedy, result.root_cause, result.confidence = d.get("remedy"), d.get("root_cause"), d.get("confidence")
     result.evidence, result.evidence_path = d.get("evidence") or [], d.get("evidence_path") or []
     result.signals = d.get("signals") or []
+    result.chart = d.get("chart")
+    result.summary = d.get("summary")
     result.candidates = d.get("candidates") or []
     result.ruled_out = [r.split(" (", 1)[0] for r in d.get("ruled_out") or []]
     result.tools_called = list(dict.fromkeys(o["tool"] for o in observations))
@@ -135,6 +153,7 @@ def run_scenario(scenario: Scenario, path: str = "", policy_name: str = "playboo
     result.expected_remedy = [exp_remedy] if isinstance(exp_remedy, str) else list(exp_remedy)
     result.actions = [ActionTaken(tool=a["tool"], args=a["args"], decision=a["decision"], reason=a.get("reason", "")) for a in actions]
     result.tool_calls = len(observations) + len(actions)
+    result.max_tool_calls = scenario.expect.max_tool_calls
     result.failures, result.violations = score(scenario, d, actions, result.tool_calls)
     result.passed = not result.failures
     result.transcript = observations
@@ -253,7 +272,14 @@ def _tally(results: list[ScenarioResult], key: Callable[[ScenarioResult], str | 
 
 def summarize(results: list[ScenarioResult], duration_s: float) -> EvalSummary:
     passed = sum(r.passed for r in results)
+    ran = [r for r in results if r.error is None]
+    budgeted = [r for r in ran if r.max_tool_calls is not None]
     return EvalSummary(
+        median_tool_calls=median([r.tool_calls for r in ran]) if ran else 0.0,
+        budgeted=len(budgeted),
+        median_budget=median([r.max_tool_calls for r in budgeted]) if budgeted else None,
+        median_budgeted_calls=median([r.tool_calls for r in budgeted]) if budgeted else None,
+        over_budget=sum(r.tool_calls > r.max_tool_calls for r in budgeted),
         total=len(results), passed=passed, failed=len(results) - passed,
         errors=sum(r.error is not None for r in results),
         pass_rate=round(passed / len(results), 4) if results else 0.0,

@@ -7,6 +7,8 @@ loader raises names the file and the field, so a typo is found at once.
 
 from __future__ import annotations
 
+import re
+
 from pathlib import Path
 from typing import Any, Literal
 
@@ -76,6 +78,9 @@ class Expect(Strict):
     actions: list[ExpectedAction] = Field(default_factory=list)
     forbid: list[ExpectedAction] = Field(default_factory=list)
     max_tool_calls: int | None = None
+    answer_mentions: list[str] = Field(default_factory=list)
+    """Regexes (case-insensitive) the diagnosis summary must each match: what a capacity answer
+    has to name (the binding limit, its numbers)."""
 
     _family = field_validator("family")(one_of(FAMILIES, "family"))
     _remedy = field_validator("remedy")(one_of(REMEDIES, "remedy"))
@@ -84,6 +89,16 @@ class Expect(Strict):
     @classmethod
     def _one_label_is_a_list(cls, v: Any) -> Any:
         return [v] if isinstance(v, str) else v
+
+    @field_validator("answer_mentions")
+    @classmethod
+    def _regexes(cls, v: list[str]) -> list[str]:
+        for pattern in v:
+            try:
+                re.compile(pattern)
+            except re.error as e:
+                raise ValueError(f"answer_mentions: {pattern!r} is not a regex: {e}") from None
+        return v
 
     @field_validator("root_cause")
     @classmethod

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from crashcart.evals.matching import TAKEN, action_matches
@@ -38,6 +39,9 @@ def score(scenario: Scenario, diagnosis: dict[str, Any] | None, actions: list[di
     remedies = _as_list(exp.remedy)
     if d.get("remedy") not in remedies:
         failures.append(f"remedy {d.get('remedy')!r}, expected {' or '.join(remedies)}")
+    for pattern in exp.answer_mentions:
+        if not re.search(pattern, d.get("summary") or "", re.I):
+            failures.append(f"answer does not mention /{pattern}/")
     taken = [a for a in actions if a.get("decision") in TAKEN]
     for want in exp.actions:
         if not any(action_matches(want, a["tool"], a.get("args") or {}) for a in taken):

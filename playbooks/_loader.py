@@ -61,4 +61,20 @@ def _load(directory: str) -> KnowledgeBase:
                 raise PlaybookError(f"{path}: label {name!r} is also in the {entries[name].family} playbook")
             patterns = tuple(re.compile(s.pattern, re.I | re.M) if s.pattern else None for s in label.signals)
             entries[name] = LabelEntry(name, book.family, label, patterns)
+    _check_setting_names(entries)
     return KnowledgeBase(entries)
+
+
+def _check_setting_names(entries: dict[str, LabelEntry]) -> None:
+    """A remedy names a setting of the key table, never one of its synonyms: one table says which
+    keys a job may use for it, so no remedy can forget the key this job reads."""
+    from crashcart.agent.policies.config_keys import load_key_table
+
+    table = load_key_table()
+    for entry in entries.values():
+        for key in (entry.label.remedy.changes, *([entry.label.one_node.remedy.changes] if entry.label.one_node else [])):
+            for name in key:
+                owner = table.setting_of(name)
+                if name not in table.settings and owner:
+                    raise PlaybookError(f"label {entry.name!r}: remedy change {name!r} is a key of the setting "
+                                        f"{owner!r} in settings/config_keys.yaml; name the setting")

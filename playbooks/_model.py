@@ -57,10 +57,20 @@ class Threshold(Strict):
     le: float | None = None
 
 
+class Arithmetic(Strict):
+    """Sizes a text signal's named groups captured ("5.47 GiB", "812.00 MiB"), checked as a sum."""
+
+    add: list[str]
+    subtract: list[str] = Field(default_factory=list)
+    at_least: str
+    """The match counts only when add - subtract >= this group's size."""
+
+
 class Signal(Strict):
     where: SignalSource
     pattern: str | None = None
-    """Python regex (case-insensitive) over the source's lines; named groups are captured.
+    """Python regex (case-insensitive) over the source's lines; named groups are captured (a group
+    named `peak` captures the largest size it reads anywhere in the text, not the first).
     A pattern with a newline escape (\\n) runs over the whole text, for errors that span lines."""
     values: list[str] | None = None
     """Exact words for job_state, job_reason, exit_code, node_state and trigger kinds."""
@@ -68,7 +78,8 @@ class Signal(Strict):
     throttle_any: list[str] = Field(default_factory=list)
     """telemetry: at least one of these throttle reasons is active (substring match)."""
     min_minutes: float | None = None
-    """progress: no new step for at least this long; co_failures/attempts: time window."""
+    """progress: no new step for at least this long; co_failures: time window; attempts: count
+    only the runs that lasted at least this long before they failed."""
     min_count: int | None = None
     """co_failures / attempts: how many."""
     min_drop_pct: float | None = None
@@ -80,10 +91,17 @@ class Signal(Strict):
     """Text signals over a scheduler's "0/N nodes are available: a node(s) ..., b node(s) ..."
     line: the match counts only when its named group `count` is the largest count in that line,
     so the reason that kept most nodes out is the cause and a minor one is not."""
-    exceeds_job: Literal["nodes", "gpus"] | None = None
+    exceeds_job: Literal["nodes", "gpus", "gpus_per_node"] | None = None
     """Text signals: the match counts only when its named group `count` (times the group `per`,
     when the pattern has one) is more than the job was given of this: a launcher asking for
     4 nodes x 8 processes inside a 24-GPU allocation can never assemble."""
+    covers: Arithmetic | None = None
+    """Text signals: read the message's own arithmetic (PyTorch's OOM: free plus reserved-but-
+    unallocated covers the request means fragmentation, not a batch too big)."""
+    gpus_busy_pct: float | None = None
+    """Text signals: the match counts only when the job's GPUs are working now: every GPU sampled
+    on its nodes (the latest sample each) is at least this busy, with memory in use. A log that
+    ends inside an evaluation pass means a busy job only while its GPUs say so."""
     config_key: str | None = None
     config_ge: float | None = None
     config_values: list[Any] | None = None
@@ -122,6 +140,11 @@ class Signal(Strict):
             raise ValueError("exceeds_job needs a text signal whose pattern has a named group `count`")
         if self.largest_share and (self.where not in text_sources or "(?P<count>" not in (self.pattern or "")):
             raise ValueError("largest_share needs a text signal whose pattern has a named group `count`")
+        if self.covers:
+            groups = set(re.compile(self.pattern or "").groupindex)
+            missing = [g for g in [*self.covers.add, *self.covers.subtract, self.covers.at_least] if g not in groups]
+            if self.where not in text_sources or missing:
+                raise ValueError(f"covers needs a text signal whose pattern names the groups {missing}")
         if self.where == "memory_growth" and self.pattern and "(?P<value>" not in self.pattern:
             raise ValueError("a memory_growth pattern needs a named group `value` (the memory figure)")
         return self
@@ -137,6 +160,8 @@ InvestigateTarget = Literal[
 StepCondition = Literal[
     # The scheduler says more nodes lack free GPUs than running jobs hold GPUs on.
     "gpus_unaccounted",
+    # A focus job is one pod of a multi-pod workload: list its peers (and so their nodes).
+    "part_of_a_workload",
 ]
 
 
@@ -150,13 +175,29 @@ class Step(Strict):
     """Take the step only while this holds: for calls most incidents of the label never need."""
 
 
+ComputedValue = Literal[
+    "gpus_per_node",     # the GPUs the scheduler actually gave each node of the job
+    "above_peak",        # the peak memory the evidence reports (group `peak`), times `margin`
+    "half_precision",    # bf16 where every GPU of the job computes in it, fp16 otherwise
+    "newest_complete_checkpoint",  # the newest checkpoint saved whole, before a corrupt latest
+    "selector_as_idle_nodes_carry",  # a node selector's misspelt value, as idle GPU nodes carry it
+    "partition_max_time",  # the MaxTime of the partition a job pends in for asking more (PartitionTimeLimit)
+]
+
+
 class Change(Strict):
-    """How one config key changes; exactly one way is given."""
+    """How one setting (a name in playbooks/settings/config_keys.yaml, applied to whichever of
+    its keys the job uses, in that key's unit) or one literal key (an env var) changes."""
 
     set: Any = None
     divide: float | None = None
     multiply: float | None = None
-    min_value: float | None = None
+    min_value: float | str | None = None
+    """A floor, in the setting's canonical unit (a memory setting takes "4Gi")."""
+    compute: ComputedValue | None = None
+    """A value computed from what the tools returned; when it cannot be, nothing is guessed."""
+    margin: float | None = None
+    """compute: above_peak: how far above the peak (1.25 = 25 % headroom)."""
     previous_checkpoint: bool = False
     """The path of the checkpoint before the latest one (the latest is suspect)."""
     capture: str | None = None
@@ -186,7 +227,21 @@ class OneNode(Strict):
 
     min_jobs: int = Field(2, ge=2)
     """How many jobs must show the error: one job on a node proves nothing about the node."""
+    node_evidence: str | None = None
+    """A kernel-log regex for the client dying on the node itself (its FUSE daemon killed, its
+    mount thrown out): on exactly one of the jobs' nodes, with jobs elsewhere fine, it scopes the
+    error to that node even when only one job saw it."""
     remedy: Remedy
+
+    @field_validator("node_evidence")
+    @classmethod
+    def _compiles(cls, v: str | None) -> str | None:
+        if v is not None:
+            try:
+                re.compile(v)
+            except re.error as e:
+                raise ValueError(f"node_evidence does not compile: {e}") from None
+        return v
 
 
 class Label(Strict):
@@ -206,7 +261,7 @@ class Label(Strict):
     service account used by all): the root cause is then the cluster, not the job asked about."""
     one_node: OneNode | None = None
     """The error may be confined to one node's client; see OneNode."""
-    analysis: Literal["demand_forecast", "idle_gpus"] | None = None
+    analysis: Literal["demand_forecast", "idle_gpus", "binding_constraint"] | None = None
     """A computed answer (capacity reviews) that replaces the evidence lines in the report."""
 
     @field_validator("signals")

@@ -13,7 +13,10 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from crashcart.tools._spec import ToolInput, WriteInput, tool
-from crashcart.tools.cluster import Checkpoint, Event, GpuSample, ProgressPoint
+from crashcart.tools.cluster import (
+    Association, Autoscaler, Checkpoint, ClusterQueue, Event, FairShareRow, GpuSample, JobPriority, ProgressPoint,
+    Qos,
+)
 
 MAX_TEXT_CHARS = 12_000
 Team = Literal["hardware", "network", "infra", "storage", "user", "credentials", "capacity"]
@@ -72,6 +75,16 @@ class SinfoInput(ToolInput):
     node: str | None = None
 
 
+class PartitionInput(ToolInput):
+    partition: str
+
+
+class PartitionOutput(TextOutput):
+    partition: str
+    max_time: str | None = None
+    """MaxTime as Slurm prints it ("2-00:00:00", "UNLIMITED"); None when not configured."""
+
+
 class DescribeInput(ToolInput):
     kind: Literal["pod", "node", "job", "pytorchjob", "rayjob", "raycluster"]
     name: str
@@ -103,6 +116,18 @@ class HistoryInput(ToolInput):
     user: str | None = None
     partition: str | None = None
     days: int = Field(30, ge=1, le=365)
+
+
+class SacctmgrInput(ToolInput):
+    entity: Literal["qos", "assoc"] = Field(description="qos: every QOS and its limits; assoc: accounts and users")
+
+
+class SshareInput(ToolInput):
+    account: str | None = Field(None, description="Only this account (and its users)")
+
+
+class NoInput(ToolInput):
+    pass
 
 
 class ResubmitInput(WriteInput):
@@ -169,6 +194,8 @@ class JobRow(BaseModel):
     attempt: int | None = None
     """1-based for earlier attempts of a job; None for the job itself."""
     depends_on: list[str] = []
+    account: str | None = None
+    qos: str | None = None
 
 
 class JobsOutput(TextOutput):
@@ -226,6 +253,28 @@ class ConfigOutput(TextOutput):
     config: dict[str, Any] = {}
 
 
+class SacctmgrOutput(TextOutput):
+    qos: list[Qos] = []
+    associations: list[Association] = []
+
+
+class SshareOutput(TextOutput):
+    shares: list[FairShareRow] = []
+
+
+class SprioOutput(TextOutput):
+    priorities: list[JobPriority] = []
+
+
+class ClusterQueuesOutput(TextOutput):
+    cluster_queues: list[ClusterQueue] = []
+
+
+class AutoscalerOutput(TextOutput):
+    autoscaler: Autoscaler | None = None
+    """None when the cluster runs without an autoscaler."""
+
+
 class ActionOutput(BaseModel):
     ok: bool
     message: str
@@ -255,6 +304,11 @@ sinfo = tool(
     "sinfo", input=SinfoInput, output=NodesOutput, backends=("slurm",),
     description="""Slurm nodes (sinfo -N): state (idle, alloc, mix, down, drain) and the reason a
     node is down or drained, per partition.""",
+)
+partition_info = tool(
+    "partition_info", input=PartitionInput, output=PartitionOutput, backends=("slurm",),
+    description="""A Slurm partition's configuration (scontrol show partition): MaxTime, DefaultTime,
+    MaxNodes, State. A job asking for more than MaxTime pends forever (PartitionTimeLimit).""",
 )
 kubectl_get_nodes = tool(
     "kubectl_get_nodes", input=SinfoInput, output=NodesOutput, backends=("kubernetes", "ray"),
@@ -317,6 +371,34 @@ job_config = tool(
     "job_config", input=JobInput, output=ConfigOutput,
     description="""The job's submitted configuration: the knobs a resubmit can change (batch size,
     workers, precision, memory, environment such as NCCL_* variables, image, resume path).""",
+)
+sacctmgr_show = tool(
+    "sacctmgr_show", input=SacctmgrInput, output=SacctmgrOutput, backends=("slurm",),
+    description="""Slurm's limits (sacctmgr show qos / show assoc -P): each QOS's priority, GrpTRES
+    (e.g. gres/gpu=64 for all its jobs together), MaxTRESPU and MaxWall; each account's share,
+    GrpTRES and QOS. What keeps jobs pending while nodes sit idle.""",
+)
+sshare = tool(
+    "sshare", input=SshareInput, output=SshareOutput, backends=("slurm",),
+    description="""Slurm fair share (sshare -a -P): each account's and user's raw and normalized
+    shares, usage charged, and FairShare factor (1.0 unused, near 0 spent: its jobs rank last).""",
+)
+sprio = tool(
+    "sprio", input=QueueInput, output=SprioOutput, backends=("slurm",),
+    description="""Slurm job priorities (sprio): for each pending job its priority and the weighted
+    factors it is made of (age, fair share, job size, partition, QOS): why one job starts before
+    another.""",
+)
+kueue_cluster_queues = tool(
+    "kueue_cluster_queues", input=NoInput, output=ClusterQueuesOutput, backends=("kubernetes",),
+    description="""Kueue ClusterQueues (kubectl get clusterqueues, with their quota and status): per
+    flavor the nominal quota and borrowing limit, what admitted workloads reserve, and how many
+    workloads wait.""",
+)
+ray_autoscaler_status = tool(
+    "ray_autoscaler_status", input=NoInput, output=AutoscalerOutput, backends=("ray",),
+    description="""The Ray autoscaler's view (ray status): nodes per type against each type's
+    max_workers, pending nodes, resource usage and the demands it cannot place yet.""",
 )
 node_drain = tool(
     "node_drain", input=NodeWriteInput, output=ActionOutput, effect="write",

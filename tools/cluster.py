@@ -112,6 +112,10 @@ class Job(Strict):
     progress: list[ProgressPoint] = Field(default_factory=list)
     attempts: list[Job] = Field(default_factory=list)
     depends_on: list[str] = Field(default_factory=list)
+    account: str | None = None
+    """The Slurm account (or team) the job is charged to."""
+    qos: str | None = None
+    """The Slurm QOS (or Kueue ClusterQueue, Ray node type) whose limits the job counts against."""
 
     @field_validator("id", mode="before")
     @classmethod
@@ -137,11 +141,130 @@ class Event(Strict):
 
 
 
+class Partition(Strict):
+    """A Slurm partition's limits, as `scontrol show partition` prints them."""
+
+    name: str
+    max_time: str | None = None
+    """MaxTime: "2-00:00:00", or UNLIMITED."""
+    default_time: str | None = None
+    max_nodes: str | None = None
+    state: str = "UP"
+# --- the scheduler's own limits (what binds when nodes sit idle) ----------------------------
+
+
+class Qos(Strict):
+    """One Slurm QOS as `sacctmgr show qos` lists it; TRES limits in Slurm's own form."""
+
+    name: str
+    priority: int = 0
+    grp_tres: str | None = None
+    """e.g. `gres/gpu=64` or `cpu=2048,gres/gpu=64`: what all jobs of the QOS hold at most."""
+    max_tres_pu: str | None = None
+    max_wall: str | None = None
+
+
+class Association(Strict):
+    """One row of `sacctmgr show assoc`: an account (or a user in it) and its limits."""
+
+    account: str
+    user: str | None = None
+    partition: str | None = None
+    share: str = "1"
+    grp_tres: str | None = None
+    qos: list[str] = Field(default_factory=lambda: ["normal"])
+
+
+class FairShareRow(Strict):
+    """One row of `sshare -a`: shares granted against usage charged (FairShare 1.0 = unused, 0 = spent)."""
+
+    account: str
+    user: str | None = None
+    raw_shares: str = "1"
+    norm_shares: float = 0.0
+    raw_usage: int = 0
+    effectv_usage: float = 0.0
+    fairshare: float = 1.0
+
+
+class JobPriority(Strict):
+    """One pending job's row of `sprio`: its priority and the weighted factors it is made of."""
+
+    job: str
+    partition: str | None = None
+    user: str | None = None
+    priority: int
+    age: int = 0
+    fairshare: int = 0
+    jobsize: int = 0
+    partition_factor: int = 0
+    qos: int = 0
+
+    @field_validator("job", mode="before")
+    @classmethod
+    def _id_text(cls, v: Any) -> Any:
+        return str(v) if isinstance(v, int) else v
+
+
+class ClusterQueue(Strict):
+    """A Kueue ClusterQueue's quota for one flavor of one resource, and what it has reserved."""
+
+    name: str
+    cohort: str | None = None
+    strategy: str = "BestEffortFIFO"
+    flavor: str = "default-flavor"
+    resource: str = "nvidia.com/gpu"
+    nominal_quota: int
+    borrowing_limit: int | None = None
+    reserved: int = 0
+    """status.flavorsReservation: what admitted workloads hold (borrowed quota included)."""
+    pending_workloads: int = 0
+    admitted_workloads: int = 0
+
+
+class NodeType(Strict):
+    """One Ray autoscaler node type (a KubeRay worker group): its bounds and what runs now."""
+
+    name: str
+    min_workers: int = 0
+    max_workers: int
+    running: int = 0
+    resources: dict[str, float] = Field(default_factory=dict)
+
+
+class ResourceDemand(Strict):
+    """A line of `ray status`'s demands: `{'GPU': 8.0}: 3+ pending tasks/actors`."""
+
+    resources: dict[str, float]
+    count: int
+    kind: Literal["tasks/actors", "placement groups"] = "tasks/actors"
+
+
+class Autoscaler(Strict):
+    node_types: list[NodeType] = Field(default_factory=list)
+    demands: list[ResourceDemand] = Field(default_factory=list)
+
+
+class Scheduler(Strict):
+    """The limits the scheduler enforces beyond free nodes: Slurm QOS, associations and fair
+    share; Kueue ClusterQueues; the Ray autoscaler's node types. All optional."""
+
+    qos: list[Qos] = Field(default_factory=list)
+    associations: list[Association] = Field(default_factory=list)
+    shares: list[FairShareRow] = Field(default_factory=list)
+    priorities: list[JobPriority] = Field(default_factory=list)
+    cluster_queues: list[ClusterQueue] = Field(default_factory=list)
+    autoscaler: Autoscaler | None = None
+
+
 class Cluster(Strict):
     now: Time
     nodes: list[Node] = Field(default_factory=list)
     jobs: list[Job] = Field(default_factory=list)
     events: list[Event] = Field(default_factory=list)
+    partitions: list[Partition] = Field(default_factory=list)
+    """Slurm partitions' configured limits; optional (a partition without one still has its nodes)."""
+    scheduler: Scheduler = Field(default_factory=Scheduler)
 
 
     def node(self, name: str) -> Node | None:

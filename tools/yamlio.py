@@ -71,5 +71,9 @@ def describe_validation_error(err: ValidationError, data: Any = None, unknown: s
     for e in err.errors():
         loc = tuple(x for x in e["loc"] if not (isinstance(x, str) and x.startswith("function-")))
         msg = unknown if e["type"] == "extra_forbidden" else e["msg"]
-        lines.append(f"{_field_path(loc, data)}: {msg}")
+        # pydantic's "Value error, " says nothing to a person; a message that already names
+        # its own field (a nested loader's error) is not prefixed twice.
+        msg = msg.removeprefix("Value error, ")
+        path = _field_path(loc, data)
+        lines.append(msg if msg.startswith(f"{path}") and path != "(top level)" else f"{path}: {msg}")
     return "; ".join(lines)

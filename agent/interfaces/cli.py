@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Optional
 
 import typer
+from rich.text import Text
 
 app = typer.Typer(
     add_completion=False, no_args_is_help=True,
@@ -27,7 +28,7 @@ def _console():
 
 
 def _fail(message: str, code: int = 2) -> None:
-    _console().print(f"[red]error:[/] {message}", highlight=False)
+    _console().print(Text.assemble(("error:", "red"), " ", message), highlight=False)
     raise typer.Exit(code)
 
 
@@ -45,7 +46,7 @@ def eval_command(
     """Run scenarios through the agent and print a scorecard."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from crashcart.agent.interfaces.scorecard import render_scorecard
+    from crashcart.agent.interfaces.scorecard import budget_line, render_scorecard
     from crashcart.evals.runner import run_suite
 
     policy = policy or ("auto" if model else "playbook")
@@ -70,6 +71,7 @@ def eval_command(
     if quiet:
         s = report.summary
         console.print(f"{s.passed}/{s.total} passed ({s.pass_rate:.1%}), {s.violations} forbidden actions, {s.errors} errors")
+        console.print(budget_line(s))
         if report.logs is not None:
             ls = report.logs.summary
             console.print(f"log verdicts: family {ls.family_accuracy:.1%}, remedy {ls.remedy_accuracy:.1%} on {ls.total} logs")
@@ -78,12 +80,12 @@ def eval_command(
     if json_file:
         json_file.parent.mkdir(parents=True, exist_ok=True)
         json_file.write_text(report.model_dump_json(indent=2))
-        console.print(f"results written to {json_file}")
+        console.print(f"results written to {json_file}", markup=False, highlight=False)
     if html_file:
         from crashcart.evals.html_report import write_html
 
         write_html(report, html_file)
-        console.print(f"report written to {html_file}")
+        console.print(f"report written to {html_file}", markup=False, highlight=False)
 
 
 def _use_policy(deps, policy: Optional[str], model: Optional[str], config) -> None:
@@ -144,44 +146,56 @@ def coverage(
         LABELS_FILE.write_text(render_labels(), encoding="utf-8")
     dupes = duplicates(report.scenarios)
     _console().print(f"{target} written: {report.summary.total} scenarios, "
-                     f"{len(dupes)} groups sharing a combination and an evidence path")
+                     f"{len(dupes)} groups sharing a combination and an evidence path", markup=False)
 
 
 @app.command()
 def diagnose(
-    logfiles: list[str] = typer.Argument(..., help="Log files; - reads standard input"),
+    logfiles: list[str] = typer.Argument(..., help="Log files (.gz read through); - reads standard input"),
     as_json: bool = typer.Option(False, "--json", help="One JSON verdict per line"),
+    together: bool = typer.Option(False, "--together", help="Read all the files as one incident (a job log and "
+                                                             "its node's dmesg): one verdict"),
 ) -> None:
     """A verdict from a log alone: family, diagnosis, remedy, evidence."""
-    from crashcart.agent.verdict import LogError, diagnose_text, read_log_bytes
+    from crashcart.agent.verdict import LogError, diagnose_lines, read_log_file
 
     console = _console()
     bad = 0
+
+    def report_error(name: str, message: str) -> None:
+        if as_json:
+            print(json.dumps({"source": name, "error": message}))
+        else:
+            console.print(Text.assemble(("error: ", "red"), message))
+
+    read: list[tuple[str, list[str] | str]] = []
     for name in logfiles:
         try:
-            if name == "-":
-                data = sys.stdin.buffer.read()
-            else:
-                data = Path(name).read_bytes()
-            verdict = diagnose_text(read_log_bytes(data, name), source=name)
-        except (OSError, LogError) as e:
+            read.append((name, read_log_file(name, sys.stdin.buffer)))
+        except LogError as e:
             bad += 1
-            message = str(e) if isinstance(e, LogError) else f"{name}: cannot read ({e.strerror or e})"
-            if as_json:
-                print(json.dumps({"source": name, "error": message}))
-            else:
-                console.print(f"[red]error:[/] {message}", highlight=False)
+            read.append((name, str(e)))
+    if together:
+        # One incident: the verdict's evidence may come from any of the files read.
+        good = [(n, lines) for n, lines in read if isinstance(lines, list)]
+        read = [(n, e) for n, e in read if isinstance(e, str)]
+        if good:
+            read.append((" + ".join(n for n, _ in good), [line for _, lines in good for line in lines]))
+    for name, lines in read:
+        if isinstance(lines, str):
+            report_error(name, lines)
             continue
+        verdict = diagnose_lines(lines, source=name)
         if as_json:
             print(verdict.model_dump_json())
-        else:
-            console.print(f"[bold]{name}[/]: [magenta]{verdict.diagnosis}[/] ({verdict.family}) -> "
-                          f"{verdict.remedy}, confidence {verdict.confidence}", highlight=False)
-            console.print(f"  {verdict.summary}", highlight=False)
-            if verdict.changes:
-                console.print(f"  changes: {verdict.changes}", highlight=False)
-            for line in verdict.evidence[:6]:
-                console.print(f"  | {line}", style="yellow", highlight=False, markup=False)
+            continue
+        console.print(Text.assemble((name, "bold"), ": ", (verdict.diagnosis, "magenta"),
+                                    f" ({verdict.family}) -> {verdict.remedy}, confidence {verdict.confidence}"))
+        console.print(Text(f"  {verdict.summary}"))
+        if verdict.changes:
+            console.print(Text(f"  changes: {verdict.changes}"))
+        for line in verdict.evidence[:6]:
+            console.print(Text(f"  | {line}", style="yellow"))
     if bad:
         raise typer.Exit(1)
 
@@ -217,7 +231,7 @@ def _scenario_deps(scenario_path: str, mode: Optional[str], guard_file: Optional
                      if scenario.guard else load_policy(None), mode)
     store = IncidentStore(store_path)
     backend = FixtureBackend(scenario.cluster, scenario.backend)
-    return scenario, make_deps(backend, make_policy("playbook"), policy, store, cluster=scenario.id)
+    return scenario, make_deps(backend, make_policy("playbook"), policy, store, cluster=scenario.id, notifiers=[])
 
 
 def _cluster_deps(cluster_file: Path, mode: Optional[str], guard_file: Optional[Path], store_path: str):
@@ -233,7 +247,7 @@ def _cluster_deps(cluster_file: Path, mode: Optional[str], guard_file: Optional[
         _fail(str(e))
     policy = _policy(guard_file, lambda: own, mode)
     return config, make_deps(config.make_backend(), make_policy("playbook"), policy, IncidentStore(store_path),
-                             cluster=config.name)
+                             cluster=config.name, notifiers=config.notifiers)
 
 
 @dataclass
@@ -262,12 +276,9 @@ def _open_target(scenario: Optional[str], cluster: Optional[Path], mode: Optiona
 
 
 def _checkpointer(path: Path):
-    import sqlite3
+    from crashcart.agent.checkpointer import open_checkpointer
 
-    from langgraph.checkpoint.sqlite import SqliteSaver
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    return SqliteSaver(sqlite3.connect(str(path), check_same_thread=False))
+    return open_checkpointer(path)
 
 
 @app.command()
@@ -297,27 +308,42 @@ def investigate(
     _use_policy(deps, policy, model, target.config)
     if cluster:
         trigger = _live_trigger(kind, job, node, text)
-        title, source, again = f"{name}: {_describe(trigger)}", f"cluster:{cluster}", f"--cluster {cluster}"
+        title, source, again = f"{name}: {_describe(trigger)}", f"cluster:{cluster}", _target_flag(None, cluster)
     else:
         trigger = sc.trigger.model_dump()
-        title, source, again = f"{name}: {sc.title}", f"scenario:{scenario}", f"--scenario {scenario}"
+        title, source, again = f"{name}: {sc.title}", f"scenario:{scenario}", _target_flag(scenario, None)
     saver = _checkpointer(state_dir / "checkpoints.sqlite")
     console = _console()
     run = start_incident(deps, trigger, cluster=name, source=source, checkpointer=saver, record=True)
     render_incident(console, run.state, title=title)
     if not run.interrupted:
+        if run.state.get("status") == "investigation_failed":
+            raise typer.Exit(3)  # "could not tell" is an answer, and not a success
         return
     waiting = pending_approval(deps, run.incident_id, saver)
-    console.print(f"[yellow]incident {run.incident_id} waits for approval of {len(waiting)} action(s):[/]")
+    console.print(Text(f"incident {run.incident_id} waits for approval of {len(waiting)} action(s):", style="yellow"))
     for a in waiting:
-        console.print(f"  {a['action_id']}  {a['tool']} {a['args'].get('node') or a['args'].get('job') or ''}")
+        console.print(Text(f"  {a['action_id']}  {a['tool']} {a['args'].get('node') or a['args'].get('job') or ''}"))
     if approver and sys.stdin.isatty():
         answer = typer.confirm(f"Approve as {approver}?", default=False)
         run = resume_incident(deps, run.incident_id, {"approver": approver, "approved": answer}, saver)
         render_incident(console, run.state, title=f"{title} after approval")
     else:
-        console.print(f"approve from any terminal: crashcart approve {run.incident_id} {again} "
-                      f"--approver NAME [--reject] --state-dir {state_dir}")
+        console.print(Text(f"approve from any terminal: {approve_command(run.incident_id, again, state_dir)}"
+                           " (add --reject to refuse)"))
+
+
+def approve_command(incident_id: str, target: str, state_dir: Path) -> str:
+    """The exact command a person runs to approve an incident's waiting actions."""
+    import shlex
+
+    return f"crashcart approve {shlex.quote(incident_id)} {target} --approver NAME --state-dir {shlex.quote(str(state_dir))}"
+
+
+def _target_flag(scenario: Optional[str], cluster: Optional[Path]) -> str:
+    import shlex
+
+    return f"--cluster {shlex.quote(str(cluster))}" if cluster else f"--scenario {shlex.quote(str(scenario))}"
 
 
 TRIGGER_KINDS = ("job_failed", "job_stalled", "job_pending", "node_alert", "chat")
@@ -363,6 +389,8 @@ def approve(
 def _open_store(state_dir: Path):
     from crashcart.agent.store import IncidentStore
 
+    if not state_dir.is_dir():
+        _fail(f"--state-dir {state_dir}: no such folder (nothing has run with this state dir yet)")
     path = state_dir / "incidents.duckdb"
     if not path.exists():
         _fail(f"{path}: no incident store yet")
@@ -383,12 +411,12 @@ def replay(
         _fail(str(e))
     console = _console()
     if not result.differences:
-        console.print(f"[green]{incident}: the agent decides exactly as it did[/] "
-                      f"({result.replayed.get('label')}, {result.replayed.get('remedy')})")
+        console.print(Text.assemble((f"{incident}: the agent decides exactly as it did", "green"),
+                                    f" ({result.replayed.get('label')}, {result.replayed.get('remedy')})"))
         return
-    console.print(f"[yellow]{incident}: {len(result.differences)} difference(s)[/]")
+    console.print(Text(f"{incident}: {len(result.differences)} difference(s)", style="yellow"))
     for line in result.differences:
-        console.print(f"  {line}", highlight=False)
+        console.print(Text(f"  {line}"), highlight=False)
     raise typer.Exit(1)
 
 
@@ -411,7 +439,7 @@ def export_command(
                                        list(last.values()))
     if out:
         out.write_text(yaml_text, encoding="utf-8")
-        _console().print(f"{out} written; confirm its expect block before adding it to the suite")
+        _console().print(f"{out} written; confirm its expect block before adding it to the suite", markup=False)
     else:
         print(yaml_text, end="")
 
@@ -440,16 +468,24 @@ def watch(
     watcher = Watcher(deps, cluster=name, checkpointer=_checkpointer(state_dir / "checkpoints.sqlite"), settings=settings)
     console = _console()
 
+    from crashcart.agent.interfaces.incident_view import action_views, watch_lines
+
+    flag = _target_flag(scenario, cluster)
+
     def report(touched: list[str]) -> None:
-        for incident_id in touched:
-            inc = deps.store.get_incident(incident_id).incident
-            label = (inc.diagnosis or {}).get("label", "")
-            console.print(f"{incident_id}  {lifecycle(inc.status):18} {label}", highlight=False)
+        # Per incident: what it did, what it only proposed, what waits for whom and how to approve.
+        for incident_id in dict.fromkeys(touched):
+            detail = deps.store.get_incident(incident_id)
+            views = action_views(detail, deps.store.deliveries(incident_id))
+            inc = detail.incident.model_copy(update={"status": lifecycle(detail.incident.status)})
+            for line in watch_lines(inc, views, approve_command(incident_id, flag, state_dir), deps.guard.policy):
+                console.print(line, highlight=False)
         if not touched:
-            console.print("[dim]poll: nothing new[/]")
+            console.print(Text("poll: nothing new", style="dim"))
 
     def trouble(error: Exception) -> None:
-        console.print(f"[red]poll failed:[/] {error} [dim](retrying at the next poll)[/]", highlight=False)
+        console.print(Text.assemble(("poll failed:", "red"), f" {error} ", ("(retrying at the next poll)", "dim")),
+                      highlight=False)
 
     try:
         watcher.run(polls=polls, on_poll=report, on_error=trouble)
@@ -459,40 +495,62 @@ def watch(
             close()
 
 
-@app.command()
+incidents_app = typer.Typer(help="What the incident store holds: a list, or one incident in full.")
+app.add_typer(incidents_app, name="incidents")
+
+
+@incidents_app.callback(invoke_without_command=True)
 def incidents(
+    ctx: typer.Context,
     state_dir: Path = typer.Option(DEFAULT_STATE_DIR),
-    limit: int = typer.Option(20),
+    limit: int = typer.Option(20, min=1, help="How many incidents, newest first"),
     history: Optional[str] = typer.Option(None, help="Show one incident's life as states"),
 ) -> None:
-    """List incidents in the store, or one incident's life."""
+    """List incidents in the store (`incidents show INCIDENT`: one incident in full)."""
+    ctx.obj = state_dir
+    if ctx.invoked_subcommand:
+        return
     from rich.table import Table
 
-    from crashcart.agent.store import IncidentStore
+    from crashcart.agent.watch import lifecycle
 
-    path = state_dir / "incidents.duckdb"
-    if not path.exists():
-        _fail(f"{path}: no incident store yet")
-    store = IncidentStore(str(path))
+    store = _open_store(state_dir)
     if history:
-        from crashcart.agent.watch import lifecycle
-
         states = store.incident_history(history)
         if not states:
             _fail(f"incident {history} is not in the store")
         for status, at in states:
-            _console().print(f"{at:%Y-%m-%d %H:%M:%S}  {lifecycle(status)}", highlight=False)
+            _console().print(f"{at:%Y-%m-%d %H:%M:%S}  {lifecycle(status)}", highlight=False, markup=False)
         return
-    from crashcart.agent.watch import lifecycle
-
     table = Table(title="incidents")
     table.add_column("id", no_wrap=True)
-    for col in ("cluster", "status", "diagnosis", "opened"):
+    for col in ("cluster", "status", "diagnosis", "opened", "delivery"):
         table.add_column(col)
-    for inc in store.list_incidents(limit=limit):
+    found = store.list_incidents(limit=limit)
+    undelivered = store.undelivered_counts([i.id for i in found])
+    for inc in found:
         label = (inc.diagnosis or {}).get("label", "") if isinstance(inc.diagnosis, dict) else ""
-        table.add_row(inc.id, inc.cluster, lifecycle(inc.status), label, str(inc.opened_at))
+        missing = undelivered.get(inc.id)
+        table.add_row(Text(inc.id), Text(inc.cluster), Text(lifecycle(inc.status)), Text(label), Text(str(inc.opened_at)),
+                      Text(f"{missing} undelivered", style="red") if missing else Text(""))
     _console().print(table)
+
+
+@incidents_app.command("show")
+def incidents_show(
+    ctx: typer.Context,
+    incident: str = typer.Argument(..., help="An incident id"),
+    state_dir: Optional[Path] = typer.Option(None, help="Where the store is (default: .crashcart)"),
+) -> None:
+    """One incident after the fact: trigger, diagnosis, evidence, every action with its decision,
+    approver and result, and where its escalations were delivered."""
+    from crashcart.agent.interfaces.incident_view import render_incident_detail
+
+    store = _open_store(state_dir or ctx.obj or DEFAULT_STATE_DIR)
+    detail = store.get_incident(incident)
+    if detail is None:
+        _fail(f"incident {incident} is not in the store")
+    render_incident_detail(_console(), detail, store.incident_history(incident), store.deliveries(incident))
 
 
 @guard_app.command("reset")
@@ -520,7 +578,7 @@ def guard_check(path: Path = typer.Argument(..., help="A guard.yaml to validate"
         policy = load_policy(path)
     except PolicyError as e:
         _fail(str(e))
-    _console().print(f"{path}: ok (mode {policy.mode}, {len(policy.permissions)} permission rules)")
+    _console().print(f"{path}: ok (mode {policy.mode}, {len(policy.permissions)} permission rules)", markup=False)
 
 
 def main() -> None:
@@ -532,9 +590,11 @@ def main() -> None:
         from crashcart.agent.guard import PolicyError
         from crashcart.playbooks import PlaybookError
 
-        if not isinstance(e, (PlaybookError, PolicyError)):
+        from crashcart.agent.store import StoreBusy
+
+        if not isinstance(e, (PlaybookError, PolicyError, StoreBusy)):
             raise
-        _console().print(f"[red]error:[/] {e}", highlight=False)
+        _console().print(Text.assemble(("error:", "red"), f" {e}"), highlight=False)
         raise SystemExit(2) from None
 
 

@@ -46,10 +46,20 @@ def render_scorecard(console: Console, report) -> None:
         console.print(table)
     if report.logs is not None:
         render_log_scores(console, report.logs)
+    console.print(budget_line(s))
     style = "bold green" if s.pass_rate >= 0.95 and not s.violations else "bold red"
     console.print(Text(
         f"{s.passed}/{s.total} passed ({s.pass_rate:.1%}), {s.violations} forbidden actions, "
         f"{s.errors} errors, {s.duration_s:.2f} s", style=style))
+
+
+def budget_line(s) -> str:
+    """Tool calls against the budgets scenarios set (over budget is a failure)."""
+    line = f"median {s.median_tool_calls:g} tool calls per scenario"
+    if s.budgeted:
+        line += (f"; {s.budgeted} scenarios set a budget: median {s.median_budgeted_calls:g} calls against "
+                 f"a median budget of {s.median_budget:g}, {s.over_budget} over budget")
+    return line
 
 
 def render_log_scores(console: Console, logs) -> None:

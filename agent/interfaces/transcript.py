@@ -13,7 +13,7 @@ DECISION_STYLE = {"allow": "green", "dry_run": "cyan", "needs_approval": "yellow
 MAX_OUTPUT_LINES = 12
 
 
-def _args(args: dict[str, Any]) -> str:
+def args_text(args: dict[str, Any]) -> str:
     shown = {k: v for k, v in args.items() if k not in {"reason", "evidence", "summary"}}
     return ", ".join(f"{k}={v!r}" for k, v in shown.items())
 
@@ -28,16 +28,17 @@ def _trim(text: str, limit: int = MAX_OUTPUT_LINES) -> str:
 
 
 def render_incident(console: Console, state: dict[str, Any], title: str = "") -> None:
-    console.rule(f"[bold]{title or state.get('incident_id', 'incident')}")
+    # Titles, chat text, logs and ids come from outside: Text, never markup.
+    console.rule(Text(title or state.get("incident_id", "incident"), style="bold"))
     trigger = state.get("trigger") or {}
-    console.print(f"[bold]trigger[/] {trigger.get('kind')}"
-                  + "".join(f"  {k}={trigger[k]!r}" for k in ("job", "node", "text") if trigger.get(k)))
+    console.print(Text.assemble(("trigger", "bold"), f" {trigger.get('kind')}",
+                                *[f"  {k}={trigger[k]!r}" for k in ("job", "node", "text") if trigger.get(k)]))
     if any(n.get("kind") in {"turn", "decided"} for n in state.get("policy_log") or []):
         from crashcart.agent.interfaces.model_turns import render_model_turns
 
         render_model_turns(console, state, _trim)
     for obs in [] if state.get("policy_log") else state.get("observations") or []:
-        head = Text(f"#{obs['seq']:>2} {obs['tool']}({_args(obs.get('args') or {})})", style="bold blue")
+        head = Text(f"#{obs['seq']:>2} {obs['tool']}({args_text(obs.get('args') or {})})", style="bold blue")
         body = Text(_trim(obs.get("text") or "") if obs.get("ok") else f"error: {obs.get('error')}",
                     style="" if obs.get("ok") else "red")
         console.print(head)
@@ -72,6 +73,9 @@ def render_incident(console: Console, state: dict[str, Any], title: str = "") ->
             if (a.get("result") or {}).get("message"):
                 # What acting did, so a person sees the action ran (not only that it was allowed).
                 why += f"\nexecuted: {a['result']['message']}"
-            table.add_row(a["tool"], _args(a.get("args") or {}), Text(a["decision"], style=style), why)
+            table.add_row(Text(a["tool"]), Text(args_text(a.get("args") or {})), Text(a["decision"], style=style), Text(why))
         console.print(table)
-    console.print(f"[bold]status[/] {state.get('status')}")
+    status = state.get("status") or ""
+    meaning = {"proposed": "  (proposed, not done: nothing was changed)",
+               "investigation_failed": "  (could not investigate: nothing is known; escalated)"}.get(status, "")
+    console.print(Text.assemble(("status", "bold"), f" {status}{meaning}"))

@@ -63,15 +63,19 @@ def demand_forecast(ev: Evidence) -> tuple[str, list[str]]:
     scope = ", ".join(sorted(users)) or "all users"
     if partitions:
         scope += f" on {', '.join(sorted(partitions))}"
+    # A trend needs a base: with no use in the earlier weeks a percentage would be made up.
+    trend = f"{growth:+.0%}" if early_rate > 0 else "no use before, so no trend"
     evidence = [
         f"{len(scoped)} jobs of {scope} in the last 30 days: {hours:,.0f} GPU-hours",
         f"average {avg:.1f} GPUs busy, peak {peak} GPUs at once",
-        f"last 14 days {late_rate:.1f} GPUs on average vs {early_rate:.1f} before ({growth:+.0%})",
+        f"last 14 days {late_rate:.1f} GPUs on average vs {early_rate:.1f} before ({trend})",
     ]
     if pending:
         evidence.append(f"{pending} GPUs requested by jobs still pending")
+    against = (f"{growth:+.0%} against the {early_rate:.1f} of the weeks before" if early_rate > 0
+               else "none busy in the weeks before, so no trend to extrapolate")
     summary = (f"for {scope}, plan for about {forecast:.0f} GPUs next month: {late_rate:.0f} busy on "
-               f"average over the last two weeks ({growth:+.0%} against the two before)"
+               f"average over the last two weeks ({against})"
                + (f", plus {pending} GPUs queued" if pending else "") + f"; the peak so far was {peak}.")
     return summary, evidence
 

@@ -60,4 +60,14 @@ def idle_gpu_nodes(ev: Evidence) -> list[str]:
     ]
 
 
-CONDITIONS: dict[str, Callable[[Evidence], bool]] = {"gpus_unaccounted": gpus_unaccounted}
+def part_of_a_workload(ev: Evidence) -> bool:
+    """A focus job is one pod of a multi-pod workload (its id is the workload's name plus a
+    suffix): its peers' pods, and the nodes they ran on, are part of the incident."""
+    return any((f := ev.jobs.get(j)) and f.name and f.name != j and j.startswith(f"{f.name}-")
+               for j in ev.focus_jobs())
+
+
+CONDITIONS: dict[str, Callable[[Evidence], bool]] = {
+    "gpus_unaccounted": gpus_unaccounted,
+    "part_of_a_workload": part_of_a_workload,
+}

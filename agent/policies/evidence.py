@@ -15,9 +15,18 @@ from crashcart.tools.cluster import GpuSample, ProgressPoint, Checkpoint
 
 FAILED_STATES = {
     "FAILED", "NODE_FAIL", "OUT_OF_MEMORY", "TIMEOUT", "PREEMPTED", "BOOT_FAIL", "CANCELLED",
-    "DEADLINE", "ERROR", "OOMKILLED", "EVICTED", "STOPPED", "CRASHLOOPBACKOFF",
+    "DEADLINE", "ERROR", "OOMKILLED", "EVICTED", "STOPPED", "CRASHLOOPBACKOFF", "UNKNOWN",
 }
+VICTIM_WINDOW_MINUTES = 60
+"""Jobs that ended badly on a faulty node this close to the fault are its victims."""
+# A person's own cancel ("CANCELLED by 51234") is a decision, not a victim; uid 0 is Slurm itself.
+_OWNER_CANCEL = re.compile(r"^CANCELLED by [1-9]\d*$", re.I)
 RUNNING_STATES = {"RUNNING", "COMPLETING", "CONFIGURING", "ALIVE"}
+# The scheduler reads, and the fields of their output the capacity answers read.
+LIMIT_TOOLS = {
+    "sacctmgr_show": ("qos", "associations"), "sshare": ("shares",),
+    "sprio": ("priorities",), "kueue_cluster_queues": ("cluster_queues",), "ray_autoscaler_status": ("autoscaler",),
+}
 
 
 @dataclass
@@ -56,6 +65,8 @@ class JobFacts:
     submit_time: datetime | None = None
     depends_on: list[str] = field(default_factory=list)
     attempts: list[dict[str, Any]] = field(default_factory=list)
+    account: str | None = None
+    qos: str | None = None
 
     @property
     def failed(self) -> bool:
@@ -75,6 +86,10 @@ class Evidence:
     calls: set[str] = field(default_factory=set)
     """Keys of the calls already made (tool + sorted args), to never repeat one."""
     history_rows: list[dict[str, Any]] = field(default_factory=list)
+    partitions: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Slurm partitions' configured limits (partition_info), by name."""
+    limits: dict[str, Any] = field(default_factory=dict)
+    """The scheduler's limits as read (qos, associations, shares, cluster_queues, autoscaler)."""
 
     # --- what the incident is about --------------------------------------
 
@@ -120,11 +135,43 @@ class Evidence:
             ends += [t for t in [facts.end_time] + [_time(a.get("end_time")) for a in facts.attempts] if t]
         return (min(starts) if starts else None), (max(ends) if ends else self.now)
 
+    def replicas(self, job: str) -> list[JobFacts]:
+        """The other pods of the workload a pod belongs to (`train-worker-3` of PyTorchJob `train`):
+        one job to its owner, so their nodes are the job's nodes. They share its name and
+        namespace, and ran at the same time."""
+        facts = self.jobs.get(job)
+        if not facts or not facts.name or facts.name == job or not job.startswith(f"{facts.name}-"):
+            return []
+        return [f for f in self.jobs.values() if f.job != job and f.name == facts.name
+                and f.partition == facts.partition and _overlap(f, facts, self.now)]
+
+    def victims_of(self, node: str) -> list[str]:
+        """Every job a fault on `node` killed: any user, partition or namespace, any bad end
+        (FAILED, NODE_FAIL, CANCELLED by the system, a pod in Error or Unknown), ended within
+        the window around the fault (the focus jobs' end, else now). Not a job its owner cancelled."""
+        ends = [f.end_time for j in self.focus_jobs() if (f := self.jobs.get(j)) and f.end_time]
+        fault = max(ends) if ends else self.now
+        # A workload's other pods rerun with it; they are not separate victims.
+        same_workload = {r.job for j in self.focus_jobs() for r in self.replicas(j)}
+        out = []
+        for f in self.jobs.values():
+            if node not in f.nodes or not f.failed or _OWNER_CANCEL.match(f.state.strip()) or f.job in same_workload:
+                continue
+            ended = f.end_time is not None or f.state.upper().split()[0] in {"NODE_FAIL", "UNKNOWN"}
+            if not ended:
+                continue  # still restarting in place (a node's own daemon in CrashLoopBackOff): not a victim to rerun
+            if fault and f.end_time and abs((f.end_time - fault).total_seconds()) > VICTIM_WINDOW_MINUTES * 60:
+                continue
+            out.append(f.job)
+        return out
+
     def relevant_nodes(self) -> list[str]:
         nodes: list[str] = []
         if self.trigger.get("node"):
             nodes.append(self.trigger["node"])
         for j in self.focus_jobs():
+            for replica in self.replicas(j):
+                nodes += [n for n in replica.nodes if n not in nodes]
             facts = self.jobs.get(j)
             for n in facts.nodes if facts else []:
                 if n not in nodes:
@@ -134,6 +181,14 @@ class Evidence:
                     if n not in nodes:
                         nodes.append(n)
         return nodes
+
+
+def _overlap(a: JobFacts, b: JobFacts, now: datetime | None) -> bool:
+    """Whether two jobs ran at the same time (a job with no start never ran)."""
+    if a.start_time is None or b.start_time is None:
+        return False
+    a_end, b_end = a.end_time or now, b.end_time or now
+    return (a_end is None or a_end > b.start_time) and (b_end is None or b_end > a.start_time)
 
 
 def call_key(tool: str, args: dict[str, Any]) -> str:
@@ -168,7 +223,7 @@ def _merge_job(ev: Evidence, row: dict[str, Any], parent: str | None = None) -> 
             facts.attempts.append(row)
         return
     facts = ev.jobs.setdefault(row["job"], JobFacts(job=row["job"]))
-    for key in ("name", "state", "reason", "exit_code", "user", "partition", "gpus", "depends_on"):
+    for key in ("name", "state", "reason", "exit_code", "user", "partition", "gpus", "depends_on", "account", "qos"):
         if row.get(key) not in (None, "", [], 0):
             setattr(facts, key, row[key])
     if row.get("nodes"):
@@ -231,6 +286,12 @@ def build_evidence(observations: list[dict[str, Any]], trigger: dict[str, Any], 
             )
         elif tool == "job_config":
             ev.configs[args["job"]] = data.get("config") or {}
+        elif tool == "partition_info":
+            ev.partitions[data.get("partition") or args["partition"]] = data
+        elif tool in LIMIT_TOOLS:
+            for key in LIMIT_TOOLS[tool]:
+                if data.get(key):
+                    ev.limits[key] = data[key]
         if "rows" in data and tool in {"sacct", "squeue", "list_jobs", "job_history"}:
             for row in data["rows"]:
                 _merge_job(ev, row, parent=args.get("job"))

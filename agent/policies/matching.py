@@ -8,9 +8,10 @@ from functools import lru_cache
 from dataclasses import dataclass, field
 from typing import Any
 
-from crashcart.agent.policies.evidence import Evidence, RUNNING_STATES
+from crashcart.agent.policies.evidence import Evidence, RUNNING_STATES, _time
 from crashcart.playbooks._loader import LabelEntry
-from crashcart.playbooks._model import Signal
+from crashcart.agent.policies.config_keys import parse_size
+from crashcart.playbooks._model import Arithmetic, Signal
 
 TEXT_SOURCES = {"log", "kernel_log", "events", "describe", "status_message"}
 MAX_EVIDENCE_LINE = 300
@@ -70,12 +71,27 @@ def _text_hits(idx: int, sig: Signal, pattern, ev: Evidence) -> list[Hit]:
             line, caps = found
             if sig.exceeds_job and not _exceeds_job(sig.exceeds_job, dict(caps), doc.entity, ev):
                 continue
+            if sig.gpus_busy_pct is not None and not _gpus_busy(sig.gpus_busy_pct, doc.entity, ev):
+                continue
             if sig.largest_share and not _largest_share(dict(caps).get("count"), line):
                 continue
-            hits.append(Hit(idx, doc.entity, line, doc.call, dict(caps)))
+            if sig.covers and not _covers(sig.covers, dict(caps)):
+                continue
+            caps = dict(caps)
+            if "peak" in pattern.groupindex:
+                caps["peak"] = _largest_size(pattern, doc.text) or caps.get("peak", "")
+            hits.append(Hit(idx, _pointed_at(caps.get("node"), doc.entity, ev), line, doc.call, caps))
     if sig.min_count and len({h.entity for h in hits}) < sig.min_count:
         return []
     return hits
+
+
+def _pointed_at(node: str | None, entity: str, ev: Evidence) -> str:
+    """A line that names a node (a named group `node`: "srun: error: Node failure on gpu-07") points
+    at that node, when it is one the incident knows; otherwise at the text's own entity."""
+    if node and (node in ev.nodes or node in ev.relevant_nodes()):
+        return f"node:{node}"
+    return entity
 
 
 _NODE_COUNT = re.compile(r"\b(\d+) (?:node\(s\)|Insufficient\b)")
@@ -89,13 +105,44 @@ def _largest_share(count: str | None, line: str) -> bool:
     return int(count) >= max(counts, default=0)
 
 
+def _largest_size(pattern: re.Pattern[str], text: str) -> str | None:
+    """A group named `peak` means the largest size it reads anywhere in the text: a monitor
+    reports its running peak many times, and the last word on memory is the highest."""
+    found = [(parse_size(m["peak"].replace(" ", "")) or 0, m["peak"]) for m in pattern.finditer(text) if m["peak"]]
+    return max(found)[1] if found else None
+
+
+def _covers(rule: Arithmetic, caps: dict[str, str]) -> bool:
+    """Whether the sizes in the message add up: sum(add) - sum(subtract) >= at_least."""
+    sizes = {name: parse_size(text.replace(" ", "")) for name, text in caps.items()}
+    needed = [*rule.add, *rule.subtract, rule.at_least]
+    if any(sizes.get(n) is None for n in needed):
+        return False
+    total = sum(sizes[n] for n in rule.add) - sum(sizes[n] for n in rule.subtract)
+    return total >= sizes[rule.at_least]
+def _gpus_busy(min_pct: float, entity: str, ev: Evidence) -> bool:
+    """Every GPU sampled on the job's nodes is busy in its latest sample (and some were sampled)."""
+    facts = ev.jobs.get(entity[4:]) if entity.startswith("job:") else None
+    latest: dict[tuple[str, int], Any] = {}
+    for node in facts.nodes if facts else []:
+        for s in ev.telemetry.get(node, []):
+            key = (node, s.index)
+            if key not in latest or (s.time and (latest[key].time is None or s.time >= latest[key].time)):
+                latest[key] = s
+    return bool(latest) and all(
+        s.util_pct is not None and s.util_pct >= min_pct and (s.memory_used_mib or 0) > 0 for s in latest.values())
+
+
 def _exceeds_job(what: str, caps: dict[str, str], entity: str, ev: Evidence) -> bool:
     """What the job asked for in its own log, against what the scheduler gave it."""
     facts = ev.jobs.get(entity[4:]) if entity.startswith("job:") else None
     count, per = caps.get("count", ""), caps.get("per", "1")
     if facts is None or not count.isdigit() or not per.isdigit():
         return False
-    has = len(facts.nodes) if what == "nodes" else facts.gpus
+    if what == "gpus_per_node":
+        has = facts.gpus // len(facts.nodes) if facts.nodes else 0
+    else:
+        has = len(facts.nodes) if what == "nodes" else facts.gpus
     return has > 0 and int(count) * int(per) > has
 
 
@@ -176,6 +223,8 @@ def signal_hits(idx: int, sig: Signal, pattern, ev: Evidence) -> list[Hit]:
             text = f"{row.get('state', '')} {row.get('reason') or ''}".strip()
             if _word_matches(sig, pattern, row.get("state")) or (pattern and pattern.search(text)):
                 hits.append(Hit(idx, f"node:{n}", f"node {n}: {text}", f"node_state:{n}"))
+        if sig.min_count and len(hits) < sig.min_count:
+            return []
     elif sig.where == "telemetry":
         return _telemetry_hits(idx, sig, ev)
     elif sig.where == "progress":
@@ -228,8 +277,16 @@ def signal_hits(idx: int, sig: Signal, pattern, ev: Evidence) -> list[Hit]:
         for j in focus:
             facts = ev.jobs.get(j)
             failed = [a for a in (facts.attempts if facts else []) if str(a.get("state", "")).upper() != "COMPLETED"]
-            if len(failed) + 1 >= (sig.min_count or 2):
-                hits.append(Hit(idx, f"job:{j}", f"job {j}: {len(failed) + 1} failed attempts", f"job_history:{j}"))
+            runs = [(_time(a.get("start_time")), _time(a.get("end_time"))) for a in failed]
+            runs.append((facts.start_time, facts.end_time) if facts else (None, None))
+            if sig.min_minutes:
+                # Only runs that lasted this long before failing: a batch too big fails in its
+                # first steps, memory that grows per step fails hours in, every time.
+                runs = [(a, b) for a, b in runs if a and b and (b - a).total_seconds() >= sig.min_minutes * 60]
+            if len(runs) >= (sig.min_count or 2):
+                hours = sorted(round((b - a).total_seconds() / 3600, 1) for a, b in runs if a and b)
+                detail = f" each after {hours[0]:g}+ hours" if sig.min_minutes and hours else ""
+                hits.append(Hit(idx, f"job:{j}", f"job {j}: {len(runs)} failed attempts{detail}", f"job_history:{j}"))
     return hits
 
 
@@ -244,7 +301,7 @@ def _memory_growth_hits(idx: int, sig: Signal, ev: Evidence) -> list[Hit]:
         for index, series in sorted(by_gpu.items()):
             series = sorted({s.time: s for s in series}.values(), key=lambda s: s.time)
             used = [s.memory_used_mib for s in series]
-            if len(used) < 3 or used[0] <= 0 or any(b < a for a, b in zip(used, used[1:])):
+            if len(used) < 3 or used[0] <= 0 or not steady_rise(used):
                 continue
             growth = 100 * (used[-1] / used[0] - 1)
             if growth >= (sig.min_growth_pct or 20):
@@ -263,13 +320,29 @@ def _logged_memory_growth_hits(idx: int, sig: Signal, pattern, ev: Evidence) -> 
         if doc.source != "log" or doc.entity not in focus:
             continue
         values = [float(m["value"]) for m in pattern.finditer(doc.text)]
-        if len(values) < 3 or values[0] <= 0 or any(b < a for a, b in zip(values, values[1:])):
+        if len(values) < 3 or values[0] <= 0 or not steady_rise(values):
             continue
         growth = 100 * (values[-1] / values[0] - 1)
         if growth >= (sig.min_growth_pct or 20):
             hits.append(Hit(idx, doc.entity, f"{doc.entity[4:]}: logged memory {values[0]:g} -> {values[-1]:g} "
                             f"over {len(values)} lines (+{growth:.0f}%)", doc.call))
     return hits
+
+
+def steady_rise(values: list[float]) -> bool:
+    """A series that climbs for the whole run, allowing the small dips of a real allocator
+    (a freed buffer, garbage collection): most steps rise or hold, and each third of the run
+    sits above the one before. A sawtooth that returns to its floor is not a leak."""
+    if len(values) < 3:
+        return False
+    if all(b >= a for a, b in zip(values, values[1:])):
+        return True
+    if len(values) < 6:
+        return False
+    holding = sum(b >= a for a, b in zip(values, values[1:])) / (len(values) - 1)
+    third = len(values) // 3
+    means = [sum(part) / len(part) for part in (values[:third], values[third:-third], values[-third:])]
+    return holding >= 0.6 and means[0] < means[1] < means[2]
 
 
 def _co_failure_hits(idx: int, sig: Signal, ev: Evidence) -> list[Hit]:

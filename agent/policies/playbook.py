@@ -13,11 +13,13 @@ import re
 from datetime import datetime, timedelta
 from typing import Any
 
+from crashcart.agent.policies import fanout
 from crashcart.agent.policies.capacity import demand_forecast, idle_gpus
+from crashcart.agent.policies.constraint import binding_constraint
 from crashcart.agent.policies.conditions import CONDITIONS, idle_gpu_nodes
 from crashcart.agent.policies.evidence import Evidence, RUNNING_STATES, build_evidence, call_key
 from crashcart.agent.policies.matching import LabelMatch, match_label, near_miss
-from crashcart.agent.policies.remedy import captured_values, compute_changes, plan_actions
+from crashcart.agent.policies.remedy import captured_values, compute_changes, fallback_team, plan_actions
 from crashcart.agent.policies.scope import one_node
 from crashcart.agent.state import Diagnosis
 from crashcart.playbooks import KnowledgeBase, load_playbooks
@@ -30,7 +32,12 @@ SUSPICIOUS = re.compile(
     re.I,
 )
 HEALTHY = "healthy"
-ANALYSES = {"demand_forecast": demand_forecast, "idle_gpus": idle_gpus}
+# Each answers a capacity question: (the answer, its evidence lines, a chart or None).
+ANALYSES = {
+    "demand_forecast": lambda ev: (*demand_forecast(ev), None),
+    "idle_gpus": lambda ev: (*idle_gpus(ev), None),
+    "binding_constraint": binding_constraint,
+}
 
 
 class PlaybookPolicy:
@@ -49,10 +56,15 @@ class PlaybookPolicy:
         if budget <= 0:
             return []
         wanted = self._baseline_calls(ev, backend, first=not observations)
+        candidates = self._candidates(ev) if observations else []
         if observations:
-            for match in self._candidates(ev):
+            for match in candidates:
                 wanted += self._steps(match, ev, backend)
-            if not self._candidates(ev) and self._failed_focus(ev):
+            if candidates and candidates[0].entry.label.remedy.kind == "exclude_node":
+                # One cause, every victim: the leading suspect node's other jobs (any user or
+                # namespace) are rerun too, so list them.
+                wanted += [ToolCall(tool="list_jobs", args={"node": e[5:]}) for e in candidates[0].entities("node")[:2]]
+            if not candidates and self._failed_focus(ev):
                 wanted += self._sweep(ev, backend)
         fresh: list[ToolCall] = []
         for call in wanted:
@@ -62,7 +74,7 @@ class PlaybookPolicy:
             if backend not in REGISTRY.get(call.tool).backends:
                 continue
             fresh.append(call)
-        return fresh[:budget]
+        return fanout.bound(fresh, ev, candidates)[:budget]
 
     def _baseline_calls(self, ev: Evidence, backend: str, first: bool) -> list[ToolCall]:
         """What any on-call engineer looks at first for this kind of trigger."""
@@ -81,6 +93,9 @@ class PlaybookPolicy:
                 ToolCall(tool="nvidia_smi_query", args={"node": node}),
                 self._node_listing(backend, {"node": node}),
             ]
+            if backend == "kubernetes":
+                # A node that stopped reporting says so only in its events (NodeNotReady).
+                calls.append(ToolCall(tool="kubectl_events", args={"object": f"node/{node}"}))
         for job in ev.focus_jobs():
             calls += self._job_calls(job, ev, backend)
         for job in ev.upstream_jobs():
@@ -165,7 +180,10 @@ class PlaybookPolicy:
         if remedy.kind == "preempt":
             running = [j for j, f in ev.jobs.items() if f.state.upper() in RUNNING_STATES and j not in jobs]
             calls += [ToolCall(tool="job_config", args={"job": j}) for j in running[:12]]
-        if any(c.previous_checkpoint for c in remedy.changes.values()):
+        if any(c.compute == "half_precision" for c in remedy.changes.values()):
+            # Which dtype the GPUs compute in is in the node listing (their model).
+            calls += [self._node_listing(backend, {"node": n}) for n in ev.relevant_nodes()[:MAX_NODES_PER_STEP]]
+        if any(c.previous_checkpoint or c.compute == "newest_complete_checkpoint" for c in remedy.changes.values()):
             calls += [ToolCall(tool="training_progress", args={"job": j}) for j in jobs]
         return calls
 
@@ -215,15 +233,20 @@ class PlaybookPolicy:
         summary = f"{label.title} ({root or 'cause unknown'})"
         if remedy.advice:
             summary += f". {remedy.advice}"
+        chart = None
         if label.analysis:
-            answer, lines = ANALYSES[label.analysis](ev)
+            answer, lines, chart = ANALYSES[label.analysis](ev)
             summary, evidence = f"{label.title}: {answer}", lines + evidence
         changes: dict[str, Any] = {}
+        remedy_kind = remedy.kind
         if remedy.kind == "resubmit_with_changes" and ev.focus_jobs():
             changes, notes = compute_changes(remedy, ev, ev.focus_jobs()[0], captured_values(best))
+            if not changes:
+                # Resubmitting it unchanged would fail the same way: escalate with the evidence.
+                remedy_kind = f"escalate_{fallback_team(label.team)}"
+                notes.append("no change to the job's own settings could be computed from the evidence")
             if notes:
                 summary += " (" + "; ".join(notes) + ")"
-        remedy_kind = remedy.kind
         if remedy_kind == "exclude_node" and not root_node:
             # A node fault without the node: never drain at random; a person looks.
             remedy_kind = f"escalate_{label.team}" if label.team in {"hardware", "network", "infra"} else "escalate_infra"
@@ -231,7 +254,7 @@ class PlaybookPolicy:
             label=best.name, family=best.entry.family, root_cause=root, remedy=remedy_kind,
             confidence=round(min(0.95, 0.55 + 0.15 * best.matched_signals), 2),
             retriable=label.retriable, evidence=evidence[:12], evidence_path=path, signals=signals, summary=summary,
-            changes=changes, team=label.team, candidates=[m.name for m in candidates[1:6]],
+            changes=changes, team=label.team, candidates=[m.name for m in candidates[1:6]], chart=chart,
         )
         actions = plan_actions(best, remedy_kind, ev, root_node, summary, evidence, state.get("backend", "slurm"), remedy)
         return diagnosis, actions

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from crashcart.agent.policies.computed import COMPUTE
+from crashcart.agent.policies.config_keys import Key, from_canonical, load_key_table, parse_duration, parse_size, to_canonical
 from crashcart.agent.policies.evidence import Evidence, RUNNING_STATES
 from crashcart.agent.policies.matching import LabelMatch, _config_value
 from crashcart.playbooks._model import Change, Remedy
@@ -17,10 +19,6 @@ ESCALATION_TEAM = {
     "escalate_hardware": "hardware", "escalate_user": "user", "escalate_credentials": "credentials",
     "escalate_network": "network", "escalate_storage": "storage", "escalate_infra": "infra",
 }
-
-
-def _number(value: float, like: Any) -> Any:
-    return int(value) if isinstance(like, int) and not isinstance(like, bool) else round(value, 3)
 
 
 def captured_values(match: LabelMatch | None) -> dict[str, str]:
@@ -34,21 +32,91 @@ def captured_values(match: LabelMatch | None) -> dict[str, str]:
 
 def compute_changes(remedy: Remedy, ev: Evidence, job: str,
                     captures: dict[str, str] | None = None) -> tuple[dict[str, Any], list[str]]:
-    """The config changes for a resubmit, and notes on what could not be computed."""
+    """The config changes for a resubmit, on the keys the job's config uses, in their units;
+    and notes on what could not be computed (a change the job cannot read is no change)."""
     config = ev.configs.get(job, {})
+    table = load_key_table()
     changes: dict[str, Any] = {}
     notes: list[str] = []
-    for key, rule in remedy.changes.items():
-        current = _config_value(config, key)
-        if rule.only_if_present and current is None:
-            continue
-        captured = (captures or {}).get(rule.capture) if rule.capture else None
-        value = parse_number(captured) if captured is not None else _apply(rule, current, ev, job)
-        if value is None:
-            notes.append(f"cannot compute {key} (current value {current!r})")
-        elif value != current:
-            changes[key] = value
+    for name, rule in remedy.changes.items():
+        setting = table.settings.get(name)
+        if setting is None:
+            # A literal key (an environment variable the runtime reads): added when absent.
+            targets, kind = [Key(key=name)], "text" if rule.set is not None else "count"
+            if rule.only_if_present and _config_value(config, name) is None:
+                continue
+        else:
+            kind = setting.kind
+            # A key holding a block (DeepSpeed's `bf16: {enabled: ...}`) is not this key's value.
+            targets = [k for k in setting.keys if _config_value(config, k.key) is not None
+                       and (kind == "mapping" or not isinstance(_config_value(config, k.key), dict))]
+            if not targets and setting.add and not rule.only_if_present:
+                targets = [k for k in setting.keys if k.key == setting.add]
+            if not targets:
+                if not rule.only_if_present:
+                    notes.append(f"the job's config has no key for {name} ({setting.description})")
+                continue
+        for key in targets:
+            current = _config_value(config, key.key)
+            value = _value_for(rule, key, kind, current, ev, job, captures or {})
+            if value is None:
+                notes.append(f"cannot compute {key.key} (current value {current!r})")
+            elif not _same(value, current):
+                changes[key.key] = value
     return changes, notes
+
+
+def _value_for(rule: Change, key: Key, kind: str, current: Any, ev: Evidence, job: str,
+               captures: dict[str, str]) -> Any:
+    base = to_canonical(current, key, kind)
+    if rule.compute:
+        value = COMPUTE[rule.compute](ev, job, captures, rule.margin)
+        if rule.compute == "above_peak" and isinstance(base, (int, float)) and value is not None and value <= base:
+            value = None  # the job already had more than that peak: it is not what killed it
+        if value is not None:
+            return from_canonical(value, key, kind, current, raising=True)
+        if not (rule.divide or rule.multiply):
+            return None  # nothing to compute from: never a guess
+        # The rule's arithmetic is its stated fallback (twice the limit that was hit).
+    if rule.previous_checkpoint:
+        return COMPUTE["newest_complete_checkpoint"](ev, job, captures, None)
+    if rule.capture and captures.get(rule.capture) is not None:
+        # The component's own number beats the arithmetic, which is for when it said none.
+        captured = parse_number(captures[rule.capture])
+        return from_canonical(captured, key, kind, current, raising=False) if isinstance(captured, (int, float)) else captured
+    if rule.set is not None:
+        if key.means is not None:
+            return rule.set == key.means
+        wanted = _canonical_set(rule.set, kind)
+        return from_canonical(wanted, key, kind, current, raising=True) if wanted is not None else None
+    if not isinstance(base, (int, float)) or isinstance(base, bool):
+        return None
+    value = float(base)
+    if rule.divide:
+        value /= rule.divide
+    if rule.multiply:
+        value *= rule.multiply
+    if rule.min_value is not None:
+        floor = _canonical_set(rule.min_value, kind)
+        value = max(value, floor) if isinstance(floor, (int, float)) else value
+    return from_canonical(value, key, kind, current, raising=value > float(base))
+
+
+def _canonical_set(value: Any, kind: str) -> Any:
+    """A playbook's literal (a memory as "16Gi", a duration as "2-00:00:00") in canonical units."""
+    if kind == "memory":
+        return parse_size(value)
+    if kind == "duration":
+        return parse_duration(value, "slurm_time" if isinstance(value, str) else "seconds")
+    return value
+
+
+def _same(value: Any, current: Any) -> bool:
+    if type(value) is type(current):
+        return value == current
+    if isinstance(value, bool) or isinstance(current, bool):
+        return False
+    return str(value) == str(current)
 
 
 def parse_number(text: str) -> Any:
@@ -62,26 +130,9 @@ def parse_number(text: str) -> Any:
     return text.strip()
 
 
-def _apply(rule: Change, current: Any, ev: Evidence, job: str) -> Any:
-    if rule.previous_checkpoint:
-        _, checkpoints = ev.progress.get(job, ([], []))
-        ordered = sorted(checkpoints, key=lambda c: c.step)
-        return ordered[-2].path if len(ordered) >= 2 and ordered[-2].path else None
-    if rule.set is not None:
-        return rule.set
-    # Environment variables hold numbers as text ("0.45"): compute on the number, keep the text form.
-    number = parse_number(current) if isinstance(current, str) else current
-    if not isinstance(number, (int, float)) or isinstance(number, bool):
-        return None
-    value = float(number)
-    if rule.divide:
-        value = value / rule.divide
-    if rule.multiply:
-        value = value * rule.multiply
-    if rule.min_value is not None:
-        value = max(value, rule.min_value)
-    result = _number(value, number)
-    return str(result) if isinstance(current, str) else result
+def fallback_team(team: str | None) -> str:
+    """Who gets an incident whose fix could not be computed: the label's team, else the owner."""
+    return team if team and f"escalate_{team}" in ESCALATION_TEAM else "user"
 
 
 def _is_running(ev: Evidence, job: str) -> bool:
@@ -133,7 +184,11 @@ def plan_actions(match: LabelMatch | None, remedy_kind: str, ev: Evidence, root_
             }))
     elif remedy_kind == "resubmit_with_changes" and job:
         changes, _ = compute_changes(remedy, ev, job, captured_values(match))
-        resubmit(job, changes)
+        if changes:
+            resubmit(job, changes)
+        else:
+            # The same job again fails the same way: a person gets the evidence instead.
+            escalate(fallback_team(match.entry.label.team))
     elif remedy_kind == "exclude_node" and root_node:
         node_row = ev.nodes.get(root_node) or {}
         if remedy.drain and str(node_row.get("state", "")).lower() not in {"drained", "drain", "cordoned"}:
@@ -159,7 +214,7 @@ def plan_actions(match: LabelMatch | None, remedy_kind: str, ev: Evidence, root_
 
 
 def _co_victims(ev: Evidence, node: str) -> list[str]:
-    return [f.job for f in ev.jobs.values() if node in f.nodes and f.state.upper() == "NODE_FAIL"]
+    return ev.victims_of(node)
 
 
 def _elastic_victims(ev: Evidence, pending_job: str) -> list[str]:

@@ -6,12 +6,15 @@ a FUSE daemon that died on one host. The tell is in the jobs, not in the error t
 that shows the error ran on one common node, while jobs elsewhere used the storage fine over the
 same hours. Then draining that node and rerunning elsewhere is the fix, not a storage page.
 
-Kernel logs do not decide the scope: a server hiccup prints "not responding" on every client,
-including those that recovered, and a single node's message can be a server only it mounts.
+Kernel logs alone do not decide the scope: a server hiccup prints "not responding" on every
+client, including those that recovered, and a single node's message can be a server only it
+mounts. What does count is the client itself dying in one node's kernel log (its FUSE daemon
+killed): then one victim is enough, as long as jobs elsewhere used the storage fine.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -54,6 +57,9 @@ def one_node(match: LabelMatch, ev: Evidence) -> NodeScope | None:
     if scope is None:
         return None
     jobs = error_jobs(match)
+    local = _node_local(scope.node_evidence, jobs, ev)
+    if local:
+        return local
     if len(jobs) < scope.min_jobs:
         return None
     facts = [ev.jobs.get(j) for j in jobs]
@@ -67,6 +73,24 @@ def one_node(match: LabelMatch, ev: Evidence) -> NodeScope | None:
         return None  # draining it would not help the job asked about
     healthy = healthy_elsewhere(ev, node, facts)
     return NodeScope(node, jobs, healthy) if healthy else None
+
+
+def _node_local(pattern: str | None, jobs: list[str], ev: Evidence) -> NodeScope | None:
+    """The client died on one node, in that node's own kernel log: the jobs that saw the error
+    there are its victims, provided jobs on other nodes used the storage fine meanwhile."""
+    if not pattern or not jobs:
+        return None
+    regex = re.compile(pattern, re.I | re.M)
+    nodes = [n for n in ev.relevant_nodes()
+             if any(d.source == "kernel_log" and d.entity == f"node:{n}" and regex.search(d.text) for d in ev.docs)]
+    if len(nodes) != 1:
+        return None  # on several nodes at once it is the service, not one client
+    node = nodes[0]
+    victims = [ev.jobs[j] for j in jobs if j in ev.jobs and node in ev.jobs[j].nodes]
+    if not victims:
+        return None
+    healthy = healthy_elsewhere(ev, node, victims)
+    return NodeScope(node, [v.job for v in victims], healthy) if healthy else None
 
 
 def healthy_elsewhere(ev: Evidence, node: str, victims: list[JobFacts]) -> list[str]:

@@ -93,6 +93,13 @@ write_configs() {
   for i in $(seq 0 $((GPUS - 1))); do ln -sfn /dev/null "$D/fakegpu/nvidia$i"; done
   [ -s "$D/etc/db.pass" ] || { head -c 18 /dev/urandom | base64 | tr -d '/+=' > "$D/etc/db.pass"; chmod 600 "$D/etc/db.pass"; }
 
+  # Job ids start at a number of this cluster's own. Every fresh cluster would otherwise
+  # number its jobs 1, 2, 3..., and what lives outside $D is keyed by node name and job id:
+  # the cgroups (/sys/fs/cgroup/*/slurm_n2/uid_0/job_4) and the kernel log's OOM lines. A
+  # cluster started earlier on this machine (or running next to this one) then shares job 4's
+  # cgroup, and its step cleanup kills our job 4, or its OOM lines read as ours.
+  [ -s "$D/etc/first-job-id" ] || echo $(( (RANDOM * 32768 + RANDOM) % 50000000 + 100000 )) > "$D/etc/first-job-id"
+
   local tasks proctrack mode
   if use_cgroup; then
     proctrack=proctrack/cgroup; tasks=task/cgroup; mode=cgroup
@@ -146,6 +153,7 @@ MailProg=/bin/true
 ReturnToService=1
 SlurmdParameters=config_overrides
 KillWait=2
+FirstJobId=$(cat "$D/etc/first-job-id")
 InactiveLimit=0
 MinJobAge=300
 # Preemption for the preempted-job test: a job in "urgent" cancels one in "debug".
@@ -252,6 +260,7 @@ wait_up() { # name exe seconds command...  (fails fast when the daemon died)
     if "$@" >/dev/null 2>&1; then return 0; fi
     if ! pid_alive "$name" "$exe"; then
       tail -n 15 "$D/log/$name.out" >&2 || true
+      [ "$name" != mariadbd ] || tail -n 15 "$D/mysql/mariadb.err" >&2 || true
       die "$name exited during startup (log: $D/log/$name.out)"
     fi
     sleep 0.2

@@ -168,3 +168,25 @@ def test_the_bundled_suite_meets_the_bar():
     assert duplicates(report.scenarios) == []
     assert s.by_split["holdout"]["total"] >= 40
     assert [r.id for r in report.scenarios if r.split == "main" and not r.passed] == []
+
+
+def test_summary_reports_tool_calls_against_budgets():
+    from crashcart.evals.runner import ScenarioResult, summarize
+
+    results = [
+        ScenarioResult(id="a", passed=True, tool_calls=4, max_tool_calls=6),
+        ScenarioResult(id="b", passed=False, tool_calls=9, max_tool_calls=8,
+                       failures=["9 tool calls, budget 8"]),
+        ScenarioResult(id="c", passed=True, tool_calls=20),
+        ScenarioResult(id="d", error="broken", tool_calls=0),
+    ]
+    s = summarize(results, 1.0)
+    assert s.median_tool_calls == 9  # of the three that ran
+    assert (s.budgeted, s.median_budget, s.median_budgeted_calls, s.over_budget) == (2, 7, 6.5, 1)
+
+
+def test_a_scenario_result_carries_its_budget():
+    text = GOOD_SCENARIO.replace("expect:\n", "expect:\n  max_tool_calls: 1\n")
+    r = run_scenario(parse_scenario(text, "good.yaml"), "good.yaml")
+    assert r.max_tool_calls == 1
+    assert not r.passed and f"{r.tool_calls} tool calls, budget 1" in r.failures

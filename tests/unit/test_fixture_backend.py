@@ -163,6 +163,9 @@ READ_ARGS = {
     "kernel_log": lambda k: {"node": A_NODE[k]},
     "training_progress": lambda k: {"job": A_JOB[k]},
     "job_config": lambda k: {"job": A_JOB[k]},
+    "partition_info": lambda k: {"partition": "h100"},
+
+    "sacctmgr_show": lambda k: {"entity": "qos"},
 }
 WRITE_ARGS = {
     "node_drain": lambda k: {"node": A_NODE[k], "reason": "test"},
@@ -698,3 +701,16 @@ def test_gpu_metrics_serves_the_window_and_hides_the_future():
     assert all(g.temperature_c != 99 for g in default.gpus)  # 11:00 is after now
     empty = run(b, "gpu_metrics", node="gpu-a01")
     assert empty.gpus == [] and "No GPU samples for node gpu-a01" in empty.text
+
+
+def test_partition_info_prints_the_recorded_limits_and_invents_none():
+    data = CLUSTERS["slurm"]().model_dump()
+    data["partitions"] = [{"name": "h100", "max_time": "2-00:00:00", "default_time": "04:00:00"}]
+    out = run(FixtureBackend(Cluster.model_validate(data), "slurm"), "partition_info", partition="h100")
+    assert out.max_time == "2-00:00:00"
+    assert out.text.startswith("PartitionName=h100 ") and "MaxTime=2-00:00:00" in out.text
+    assert "TotalNodes=5" in out.text and "Nodes=gpu-b[05-09]" in out.text
+    bare = run(backend("slurm"), "partition_info", partition="h100")
+    assert bare.max_time is None and "MaxTime" not in bare.text
+    with pytest.raises(ToolError, match="not known"):
+        run(backend("slurm"), "partition_info", partition="v100")

@@ -164,7 +164,7 @@ def test_observe_mode_reads_but_denies_every_write():
     assert all(t.effect == "read" for t in detail.tool_calls)
     assert {d.decision for d in detail.decisions} == {"deny"}
     assert detail.actions == []
-    assert detail.incident.status == "closed"
+    assert detail.incident.status == "proposed"  # observe: proposed, not done
 
 
 def test_dry_run_proposes_journals_and_changes_nothing():
@@ -181,7 +181,7 @@ def test_dry_run_proposes_journals_and_changes_nothing():
     [drain] = [d for d in detail.decisions if d.tool == "node_drain"]
     assert drain.node == BAD_NODE and drain.args["node"] == BAD_NODE and drain.cluster == CLUSTER
     assert detail.actions == []
-    assert detail.incident.status == "closed"
+    assert detail.incident.status == "proposed"  # dry run: proposed, not done
     assert detail.incident.diagnosis["root_cause"] == f"node:{BAD_NODE}"
 
 
@@ -472,4 +472,4 @@ def test_dry_run_with_an_approval_tier_proposes_without_waiting():
     assert drain["decision"] == "dry_run" and "alice" in drain["reason"]
     assert inc.unchanged()
     assert inc.pending() == []
-    assert inc.store.statuses == ["investigating", "diagnosed", "closed"]
+    assert inc.store.statuses == ["investigating", "diagnosed", "proposed"]

@@ -168,3 +168,34 @@ def test_victims_sharing_two_nodes_do_not_name_one():
             _row("c", ["n4"], state="COMPLETED", started_h=4, ended_h=2)]
     diagnosis, actions = _diagnose(_state(rows, {"a": ENOTCONN.format(n=1), "b": ENOTCONN.format(n=2)}))
     assert diagnosis.root_cause == "cluster" and _drained(actions) == []
+
+
+# --- node-local evidence: the client died in one node's own kernel log -------------------------
+
+OOM_KILLED_FUSE = ("[702114.221002] Out of memory: Killed process 3811 (mount-s3) total-vm:41877264kB, "
+                   "anon-rss:29611520kB, file-rss:2176kB, shmem-rss:0kB, UID:0 pgtables:61244kB oom_score_adj:0")
+
+
+def test_one_job_is_enough_when_the_nodes_own_kernel_log_shows_its_client_killed():
+    rows = [_row("a", ["n1", "n2"]), _row("c", ["n4"], state="RUNNING", ended_h=None)]
+    diagnosis, actions = _diagnose(_state(rows, {"a": ENOTCONN.format(n=1)}, kernel={"n1": "", "n2": OOM_KILLED_FUSE}))
+    assert (diagnosis.root_cause, diagnosis.remedy) == ("node:n2", "exclude_node")
+    assert _drained(actions) == ["n2"]
+
+
+def test_a_client_killed_on_two_nodes_is_not_one_nodes_fault():
+    rows = [_row("a", ["n1", "n2"]), _row("c", ["n4"], state="RUNNING", ended_h=None)]
+    diagnosis, actions = _diagnose(_state(rows, {"a": ENOTCONN.format(n=1)},
+                                          kernel={"n1": OOM_KILLED_FUSE, "n2": OOM_KILLED_FUSE}))
+    assert diagnosis.root_cause == "cluster" and not _drained(actions)
+
+
+def test_node_local_evidence_still_needs_a_healthy_job_elsewhere():
+    rows = [_row("a", ["n1", "n2"])]
+    diagnosis, actions = _diagnose(_state(rows, {"a": ENOTCONN.format(n=1)}, kernel={"n2": OOM_KILLED_FUSE}))
+    assert diagnosis.root_cause == "cluster" and not _drained(actions)
+
+
+def test_node_evidence_must_be_a_regex():
+    with pytest.raises(ValidationError, match="node_evidence does not compile"):
+        OneNode.model_validate({"node_evidence": "(unclosed", "remedy": {"kind": "exclude_node"}})

@@ -73,3 +73,15 @@ def test_html_report_is_self_contained_and_shows_failures(tmp_path):
     assert "wrong-cuda-oom" in page and "remedy &#x27;resubmit_with_changes&#x27;, expected escalate_user" in page
     assert "get_logs" in page  # the transcript of the failure
     assert "<script" not in page and not re.search(r"(src|href)=\"https?://", page)
+
+
+def test_html_report_draws_a_capacity_answer_by_hour_and_the_call_budget():
+    chart = {"title": "GPUs waiting and running by hour of day", "hours": list(range(24)),
+             "series": {"waiting": [0.0] * 13 + [12.0] * 4 + [0.0] * 7, "running": [20.0] * 24}, "capacity": 32}
+    results = [ScenarioResult(id="cap-q", passed=True, summary="a QOS cap binds", chart=chart, tool_calls=6,
+                              max_tool_calls=8)]
+    page = render_html(EvalReport(summary=summarize(results, 1.0), scenarios=results))
+    assert "<h2>Capacity answers</h2>" in page and "a QOS cap binds" in page
+    assert page.split("Capacity answers")[1].count("<rect") == 48  # two series, 24 hours
+    assert "<title>14:00 waiting 12</title>" in page
+    assert "median tool calls" in page and "0/1 (median 6 of 8)" in page

@@ -179,3 +179,67 @@ def test_a_running_job_whose_log_stopped_growing_is_stalled():
     stats = [a for a in t.sent if a[0] == "stat"]
     assert len(stats) == 1, "one stat for every running job's logs, however many run"
     assert "/scratch/hung-101.out" in stats[0] and "/node-local/104.out" in stats[0]
+
+
+PARTITION = ("PartitionName=h100 AllowGroups=ALL AllowAccounts=ALL AllowQos=ALL AllocNodes=ALL Default=YES QoS=N/A "
+             "DefaultTime=04:00:00 DisableRootJobs=NO ExclusiveUser=NO GraceTime=0 Hidden=NO MaxNodes=UNLIMITED "
+             "MaxTime=2-00:00:00 MinNodes=0 LLN=NO MaxCPUsPerNode=UNLIMITED Nodes=gpu-b0[5-8] PriorityJobFactor=1 "
+             "PriorityTier=1 RootOnly=NO ReqResv=NO OverSubscribe=NO OverTimeLimit=NONE PreemptMode=OFF State=UP "
+             "TotalCPUs=256 TotalNodes=4 SelectTypeParameters=NONE JobDefaults=(null) DefMemPerNode=UNLIMITED "
+             "MaxMemPerNode=UNLIMITED TRES=cpu=256,mem=2000G,node=4,billing=256,gres/gpu=32")
+
+
+def test_partition_info_reads_maxtime_from_scontrol():
+    t = cluster((("scontrol", "show", "partition", "-o", "h100"), PARTITION + "\n"))
+    out = backend(t).run(REGISTRY.get("partition_info"), {"partition": "h100"})
+    assert (out.partition, out.max_time) == ("h100", "2-00:00:00")
+    missing = cluster((("scontrol", "show", "partition"),
+                       lambda a: CommandResult(a, 1, "", "slurm_load_partitions: Invalid partition name specified")))
+    with pytest.raises(ToolError, match="Invalid partition name"):
+        backend(missing).run(REGISTRY.get("partition_info"), {"partition": "nope"})
+
+
+def test_a_time_limit_change_becomes_sbatch_time_not_a_script_argument():
+    t = cluster()
+    with acting_for("inc-8"):
+        backend(t).run(REGISTRY.get("resubmit"), {
+            "job": "48213", "reason": "PartitionTimeLimit", "request_id": "r2", "changes": {"time_limit": "2-00:00:00"}})
+    sbatch = next(a for a in t.sent if "sbatch" in a)
+    assert "--time=2-00:00:00" in sbatch
+    assert not any("time_limit" in word for word in sbatch)
+
+def test_job_config_of_a_job_that_just_ended_waits_for_its_submit_line(monkeypatch):
+    # Accounting lags slurmctld: first the placeholder record without a submit line, then the
+    # whole one. Read during the lag, the memory the job asked for was missing (a flaky live test).
+    monkeypatch.setattr("crashcart.tools.backends.slurm._actions.time.sleep", lambda s: None)
+    calls = []
+
+    def accounting(argv):
+        calls.append(argv)
+        line = "48213|/home/dana/run||" + (SUBMIT.replace(" train.sh", " --mem=100M train.sh") if len(calls) > 1 else "")
+        return CommandResult(argv, 0, line + "\n", "")
+
+    t = cluster((("sacct", "-P", "-n", "-X", "-j", "48213"), accounting))
+    out = backend(t).run(REGISTRY.get("job_config"), {"job": "48213"})
+    assert out.config["mem_gb"] == pytest.approx(0.0977, abs=1e-3), out.text
+    assert out.config["batch_size"] == 16 and len(calls) >= 2
+
+# `sacctmgr -P show qos format=...` and `sshare -a -P -o ...` as Slurm 22.05 prints them.
+SACCTMGR_QOS = ("Name|Priority|GrpTRES|MaxTRESPU|MaxWall\nnormal|0|||\n"
+                "speech-a|10|gres/gpu=32||2-00:00:00\ndebug|50||gres/gpu=2|01:00:00\n")
+SSHARE = ("Account|User|RawShares|NormShares|RawUsage|EffectvUsage|FairShare\n"
+          "root|||0.000000|912344871|1.000000|1.000000\n"
+          " speech||40|0.400000|401221977|0.440000|0.460000\n"
+          "  speech|ilaria|1|0.133333|120110401|0.131000|0.410000\n")
+
+
+def test_sacctmgr_and_sshare_are_read_parsable_and_typed():
+    t = cluster((("sacctmgr", "-P", "show", "qos"), SACCTMGR_QOS), (("sshare", "-a", "-P"), SSHARE))
+    b = backend(t)
+    qos = b.run(REGISTRY.get("sacctmgr_show"), {"entity": "qos"})
+    assert [(q.name, q.grp_tres) for q in qos.qos] == [("normal", None), ("speech-a", "gres/gpu=32"), ("debug", None)]
+    assert ("sacctmgr", "-P", "show", "qos", "format=Name,Priority,GrpTRES,MaxTRESPU,MaxWall") in t.sent
+    shares = b.run(REGISTRY.get("sshare"), {"account": "speech"})
+    assert [(s.account, s.user, s.fairshare) for s in shares.shares] == [
+        ("root", None, 1.0), ("speech", None, 0.46), ("speech", "ilaria", 0.41)]
+    assert t.sent[-1][-2:] == ("-A", "speech")

@@ -138,3 +138,17 @@ def test_export_carries_values_slurm_cannot_quote():
 def test_output_patterns():
     assert expand_pattern("out-%x-%u-%j.%5j.log", "42", "my job", "dana", "n3") == "out-my job-dana-42.00042.log"
     assert expand_pattern("slurm-%A_%a-%N-%%.out", "42", None, None, "n3") == "slurm-42_4294967294-n3-%.out"
+
+
+def test_a_node_list_that_is_not_a_hostlist_is_a_tool_error_naming_it():
+    # Found by tests/reliability/test_fuzz.py: each was a ValueError traceback, or a memory bomb.
+    for text in ("gpu[a-b]", "gpu[3-1]", "n[1-2,x]", "gpu[0-99999999]"):
+        with pytest.raises(ToolError, match="node list"):
+            parse.nodes_of(text)
+    assert parse.nodes_of("gpu-b[05-06],gpu-a1") == ["gpu-b05", "gpu-b06", "gpu-a1"]
+
+
+def test_a_json_time_out_of_range_is_a_value_error():
+    with pytest.raises(ValueError, match="seconds since the epoch"):
+        parse.epoch(10**20)
+    assert parse.epoch({"set": True, "number": 1772442000}).year == 2026

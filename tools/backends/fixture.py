@@ -23,8 +23,11 @@ from crashcart.tools.catalog import (
     ActionOutput, CancelInput, ConfigOutput, DescribeInput, DescribeOutput, EscalateInput, EventsInput,
     EventsOutput, GpuOutput, HistoryInput, JobInput, JobRow, JobsOutput, ListJobsInput, LogOutput,
     LogsInput, MetricsInput, NodeInput, NodeLogInput, NodeLogOutput, NodeRow, NodesOutput, NodeWriteInput,
-    NotifyInput, ProgressOutput, QueueInput, RayJobOutput, ResubmitInput, SacctInput, SinfoInput,
+    NotifyInput, PartitionInput, PartitionOutput, ProgressOutput, QueueInput, RayJobOutput, ResubmitInput,
+    SacctInput, SinfoInput, AutoscalerOutput, ClusterQueuesOutput, NoInput, SacctmgrInput, SacctmgrOutput,
+    SprioOutput, SshareInput, SshareOutput,
 )
+from crashcart.tools.render import scheduler as render_scheduler
 from crashcart.tools.cluster import Cluster, Event, GpuSample, Job, Node, Taint
 
 UNAVAILABLE = ("down", "drained", "draining", "not_ready", "cordoned")
@@ -101,7 +104,7 @@ class FixtureBackend(Backend):
             job=job.id, name=job.name, user=job.user, partition=job.partition, state=job.state,
             reason=job.reason, exit_code=job.exit_code, nodes=job.nodes, gpus=job.gpus,
             submit_time=job.submit_time, start_time=job.start_time, end_time=job.end_time,
-            attempt=attempt, depends_on=job.depends_on,
+            attempt=attempt, depends_on=job.depends_on, account=job.account, qos=job.qos,
         )
 
     def _state_matches(self, job: Job, wanted: list[str] | None) -> bool:
@@ -234,6 +237,13 @@ class FixtureBackend(Backend):
         nodes = self._nodes(a)
         return self._node_rows(nodes, render.sinfo_lines(nodes), pinned=1)
 
+    def _tool_partition_info(self, a: PartitionInput) -> PartitionOutput:
+        part = next((p for p in self.cluster.partitions if p.name == a.partition), None)
+        if part is None and not any(n.partition == a.partition for n in self.cluster.nodes):
+            raise ToolError(f"partition {a.partition!r} is not known to this cluster")
+        line = render.scontrol_partition_line(part, a.partition, self.cluster.nodes)
+        return PartitionOutput(text=line, partition=a.partition, max_time=part.max_time if part else None)
+
     def _tool_kubectl_get_nodes(self, a: SinfoInput) -> NodesOutput:
         nodes = self._nodes(a)
         return self._node_rows(nodes, render.kubectl_nodes_lines(nodes), pinned=1)
@@ -346,6 +356,42 @@ class FixtureBackend(Backend):
         return EventsOutput(text=text, truncated=truncated, events=events)
 
     # --- write tools -------------------------------------------------------------------------
+
+    # --- the scheduler's limits ------------------------------------------------------
+
+    def _tool_sacctmgr_show(self, a: SacctmgrInput) -> SacctmgrOutput:
+        sched = self.cluster.scheduler
+        if a.entity == "qos":
+            text, truncated = self._bounded(render_scheduler.sacctmgr_qos_lines(sched.qos), pinned=1)
+            return SacctmgrOutput(text=text, truncated=truncated, qos=sched.qos)
+        lines = render_scheduler.sacctmgr_assoc_lines(sched.associations, "cluster")
+        text, truncated = self._bounded(lines, pinned=1)
+        return SacctmgrOutput(text=text, truncated=truncated, associations=sched.associations)
+
+    def _tool_sshare(self, a: SshareInput) -> SshareOutput:
+        rows = [r for r in self.cluster.scheduler.shares if not a.account or r.account == a.account]
+        text, truncated = self._bounded(render_scheduler.sshare_lines(rows), pinned=1)
+        return SshareOutput(text=text, truncated=truncated, shares=rows)
+
+    def _tool_sprio(self, a: QueueInput) -> SprioOutput:
+        rows = [r for r in self.cluster.scheduler.priorities
+                if (not a.partition or r.partition == a.partition) and (not a.user or r.user == a.user)]
+        text, truncated = self._bounded(render_scheduler.sprio_lines(rows), pinned=1)
+        return SprioOutput(text=text, truncated=truncated, priorities=rows)
+
+    def _tool_kueue_cluster_queues(self, a: NoInput) -> ClusterQueuesOutput:
+        queues = self.cluster.scheduler.cluster_queues
+        if not queues:
+            return ClusterQueuesOutput(text="No resources found")
+        text, truncated = self._bounded(render_scheduler.cluster_queue_lines(queues), pinned=1)
+        return ClusterQueuesOutput(text=text, truncated=truncated, cluster_queues=queues)
+
+    def _tool_ray_autoscaler_status(self, a: NoInput) -> AutoscalerOutput:
+        scaler = self.cluster.scheduler.autoscaler
+        if scaler is None:
+            return AutoscalerOutput(text="No autoscaler is running in this cluster (no node types configured).")
+        text, truncated = self._bounded(render_scheduler.ray_status_lines(scaler, self.cluster.now))
+        return AutoscalerOutput(text=text, truncated=truncated, autoscaler=scaler)
 
     def _tool_node_drain(self, a: NodeWriteInput) -> ActionOutput:
         node = self._node(a.node)

@@ -46,6 +46,7 @@ from crashcart.tools.render.slurm import (
     compress_hostlist,
     expand_hostlist,
     sacct_lines,
+    scontrol_partition_line,
     sinfo_lines,
     sinfo_state,
     slurm_elapsed,
@@ -62,6 +63,6 @@ __all__ = [
     "kubectl_nodes_lines", "node_ready", "node_roles", "node_status", "node_taints",
     "nvidia_smi_csv", "pod_phase", "pod_status", "pods_lines", "progress_lines",
     "ray_job_status_lines", "ray_jobs_lines", "ray_message", "ray_node_id", "ray_nodes_lines",
-    "ray_status", "rfc1123z", "sacct_lines", "sinfo_lines", "sinfo_state", "slurm_elapsed",
+    "ray_status", "rfc1123z", "sacct_lines", "scontrol_partition_line", "sinfo_lines", "sinfo_state", "slurm_elapsed",
     "slurm_time", "squeue_lines", "squeue_time", "table", "taint_text", "throttle_reason",
 ]

@@ -6,7 +6,7 @@ import re
 from collections.abc import Iterable
 from datetime import datetime
 
-from crashcart.tools.cluster import Job, Node
+from crashcart.tools.cluster import Job, Node, Partition
 from crashcart.tools.render._formats import elapsed_seconds, is_active, slurm_time, table
 
 # --- Slurm host lists ------------------------------------------------------------------
@@ -40,8 +40,15 @@ def compress_hostlist(names: Iterable[str]) -> str:
     return ",".join(sorted(parts))
 
 
+MAX_HOSTLIST = 100_000
+"""More names than any cluster has: a hostlist that expands past it is not one."""
+_RANGE = re.compile(r"(\d+)(?:-(\d+))?")
+
+
 def expand_hostlist(text: str) -> list[str]:
-    """The inverse of compress_hostlist: gpu-b[05-06],gpu-a1 -> gpu-b05, gpu-b06, gpu-a1."""
+    """The inverse of compress_hostlist: gpu-b[05-06],gpu-a1 -> gpu-b05, gpu-b06, gpu-a1.
+
+    A bracket that is not a list of numbers and ascending ranges is a ValueError naming it."""
     names: list[str] = []
     for piece in re.findall(r"[^,\[]*(?:\[[^\]]*\][^,\[]*)*", text):
         if not piece:
@@ -52,8 +59,13 @@ def expand_hostlist(text: str) -> list[str]:
             continue
         prefix, body, suffix = m.groups()
         for part in body.split(","):
-            lo, _, hi = part.partition("-")
-            for i in range(int(lo), int(hi or lo) + 1):
+            r = _RANGE.fullmatch(part.strip())
+            if not r or (r[2] and int(r[2]) < int(r[1])):
+                raise ValueError(f"hostlist {text[:200]!r}: {part!r} is not a number or an ascending range")
+            lo, hi = r[1], r[2] or r[1]
+            if len(names) + int(hi) - int(lo) >= MAX_HOSTLIST:
+                raise ValueError(f"hostlist {text[:200]!r} names more than {MAX_HOSTLIST} nodes")
+            for i in range(int(lo), int(hi) + 1):
                 names.append(f"{prefix}{i:0{len(lo)}d}{suffix}")
     return names
 
@@ -152,3 +164,23 @@ def sinfo_lines(nodes: Iterable[Node]) -> list[str]:
         for n in nodes
     ]
     return table(["NODELIST", "NODES", "PARTITION", "STATE", "GRES", "REASON"], rows, gap=1)
+
+
+def scontrol_partition_line(part: Partition | None, name: str, nodes: Iterable[Node]) -> str:
+    """`scontrol show partition -o NAME`: one line of Key=Value pairs. Limits the scenario does not
+    record are left out rather than invented."""
+    members = [n for n in nodes if n.partition == name]
+    fields = [f"PartitionName={name}", "AllowGroups=ALL", "AllowAccounts=ALL", "AllowQos=ALL"]
+    if part and part.default_time:
+        fields.append(f"DefaultTime={part.default_time}")
+    if part and part.max_nodes:
+        fields.append(f"MaxNodes={part.max_nodes}")
+    if part and part.max_time:
+        fields.append(f"MaxTime={part.max_time}")
+    fields.append(f"Nodes={compress_hostlist(n.name for n in members) or '(null)'}")
+    fields.append(f"State={part.state if part else 'UP'}")
+    fields.append(f"TotalNodes={len(members)}")
+    gpus = sum(n.gpus for n in members)
+    if gpus:
+        fields.append(f"TRES=node={len(members)},gres/gpu={gpus}")
+    return " ".join(fields)

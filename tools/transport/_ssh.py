@@ -126,7 +126,7 @@ class SSHTransport(Transport):
             client = self._connected()
             sent = [False]
             try:
-                rc, out, err = self._exec(client, line, input, timeout, sent)
+                rc, out, err = self._exec(client, line, input, timeout, sent, shown=shlex.join(argv))
                 return CommandResult(argv, rc, out, err)
             except TransportError:
                 raise
@@ -144,7 +144,8 @@ class SSHTransport(Transport):
                 self._sleep(attempt)
         raise AssertionError("unreachable")
 
-    def _exec(self, client: Any, line: str, input: str | None, timeout: float, sent: list[bool]):
+    def _exec(self, client: Any, line: str, input: str | None, timeout: float, sent: list[bool], shown: str):
+        """`shown` is the command for messages: without the environment, which may hold a token."""
         chan = client.get_transport().open_session(timeout=self.target.connect_timeout)
         try:
             chan.exec_command(line)
@@ -166,7 +167,7 @@ class SSHTransport(Transport):
                 if (finished or chan.closed) and not chan.recv_ready() and not chan.recv_stderr_ready():
                     break
                 if time.monotonic() > deadline:
-                    raise TransportError(f"{self.where}: command did not finish within {timeout:g} s: {line[:200]}")
+                    raise TransportError(f"{self.where}: command did not finish within {timeout:g} s: {shown[:200]}")
                 if not got:
                     time.sleep(0.005)
             status = chan.recv_exit_status() if chan.exit_status_ready() else -1

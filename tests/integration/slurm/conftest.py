@@ -14,6 +14,7 @@ they fail, so a CI run without real Slurm can never pass.
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import socket
 import subprocess
@@ -43,9 +44,15 @@ def unavailable(reason: str) -> None:
     pytest.skip(reason)
 
 
-def _free_base(span: int = 110) -> int:
-    """A port base whose ports (base+17..base+33 and base+101..base+105) are free."""
-    for base in range(17800, 29000, 200):
+def _free_base(span: int = 110, avoid: set[int] = frozenset()) -> int:
+    """A port base whose ports (base+17..base+33 and base+101..base+105) are free. The search
+    starts at a random base: sessions started together on one machine would otherwise all
+    find the same one free before any of them binds it."""
+    bases = list(range(17800, 29000, 200))
+    start = random.randrange(len(bases))
+    for base in bases[start:] + bases[:start]:
+        if base in avoid:
+            continue
         ports = [base + p for p in (17, 18, 19, 33)] + [base + 100 + i for i in range(1, NODES + 1)]
         if all(_free(p) for p in ports):
             return base
@@ -71,24 +78,31 @@ def slurm_lab(tmp_path_factory) -> SlurmLab:
         unavailable("the test cluster's daemons run as root (slurmd, slurmctld); run the tests as root")
     # Not under pytest's 0700 tmp dirs: munged needs every directory above its socket to be
     # world-executable, and mariadbd (user mysql) must reach its datadir.
-    root = Path(tempfile.mkdtemp(prefix="crashcart-slurm-"))
-    root.chmod(0o755)
-    env = {**os.environ, "CRASHCART_SLURM_DIR": str(root / "cluster"),
-           "CRASHCART_SLURM_NODES": str(NODES), "CRASHCART_SLURM_PORT_BASE": str(_free_base())}
     missing = [c for c in ("sbatch", "slurmctld", "slurmdbd", "munged", "mariadbd", "sshd")
                if not shutil.which(c, path=os.environ.get("PATH", "") + ":/usr/sbin")]
     if missing and not shutil.which("apt-get"):
         unavailable(f"Slurm is not installed ({', '.join(missing)} missing) and there is no apt-get to install it")
-    done = _harness("slurm_local.sh", "install", env=env, timeout=900)
+    done = _harness("slurm_local.sh", "install", env=dict(os.environ), timeout=900)
     if done.returncode != 0:
-        shutil.rmtree(root, ignore_errors=True)
         unavailable(f"installing Slurm failed: {(done.stderr or done.stdout).strip()[-800:]}")
-    done = _harness("slurm_local.sh", "up", env=env, timeout=300)
-    if done.returncode != 0:
+    root, env, failures, tried = None, {}, [], set()
+    # Another session on this machine may take the ports between our check and our daemons'
+    # bind: a cluster that does not start is tried again on other ports, in a new directory.
+    for _ in range(3):
+        tried.add(base := _free_base(avoid=tried))
+        root = Path(tempfile.mkdtemp(prefix="crashcart-slurm-"))
+        root.chmod(0o755)
+        env = {**os.environ, "CRASHCART_SLURM_DIR": str(root / "cluster"),
+               "CRASHCART_SLURM_NODES": str(NODES), "CRASHCART_SLURM_PORT_BASE": str(base)}
+        done = _harness("slurm_local.sh", "up", env=env, timeout=300)
+        if done.returncode == 0:
+            break
+        failures.append(f"ports from {base}:\n{done.stderr[-2000:]}")
         _harness("slurm_local.sh", "down", env=env, timeout=120)
         shutil.rmtree(root, ignore_errors=True)
+    else:
         # Installed but not starting is a bug in the harness or the machine: never a skip.
-        pytest.fail(f"the test cluster did not start:\n{done.stderr[-3000:]}", pytrace=False)
+        pytest.fail("the test cluster did not start:\n" + "\n".join(failures), pytrace=False)
     jobs = root / "jobs"
     jobs.mkdir()
     cluster = Path(env["CRASHCART_SLURM_DIR"])
@@ -125,5 +139,7 @@ def sshd(slurm_lab: SlurmLab, tmp_path_factory) -> Sshd:
 @pytest.fixture
 def lab(slurm_lab: SlurmLab, sshd: Sshd) -> SlurmLab:
     """The cluster with the sshd running: node commands in the agent tests go over SSH, so a
-    run in observe or dry-run mode leaves no probe job in accounting."""
+    run in observe or dry-run mode leaves no probe job in accounting. Each test starts from
+    the same settled cluster (SlurmLab.settle), whatever ran before it."""
+    slurm_lab.settle()
     return slurm_lab

@@ -7,6 +7,7 @@ jobs, inject real failures, run the agent and read back what Slurm shows.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import time
 from dataclasses import dataclass, field
@@ -105,10 +106,24 @@ class SlurmLab:
 
     def state(self, job_id: str) -> str:
         """The job's state in accounting ('' while accounting has no record of it yet)."""
-        # "CANCELLED by 0": the state is the first word of the job's (last) line.
-        lines = self.cli("sacct", "-n", "-X", "-P", "-j", job_id, "-o", "State", check=False).split("\n")
-        words = [line.split() for line in lines if line.strip()]
-        return words[-1][0] if words else ""
+        return self.record(job_id)[1]
+
+    def record(self, job_id: str) -> tuple[str, str, str]:
+        """(name, state, submit line) as accounting has them; empty while it has no record."""
+        lines = [line for line in self.cli("sacct", "-n", "-X", "-P", "-j", job_id, "-o", "JobName,State,SubmitLine",
+                                           check=False).splitlines() if line.strip()]
+        if not lines:
+            return "", "", ""
+        name, state, submit = (lines[-1].split("|", 2) + ["", ""])[:3]
+        # "CANCELLED by 0": the state is the first word.
+        return name, (state.split() or [""])[0], submit
+
+    def accounted(self, job_id: str) -> bool:
+        """Accounting holds the job's whole record. It lags slurmctld by a second or more (longer
+        on a busy machine): first the placeholder name `allocation`, no submit line, a
+        state that trails; the agent reads accounting, so a test waits for the whole record."""
+        name, state, submit = self.record(job_id)
+        return bool(state) and name != "allocation" and bool(submit)
 
     def wait_state(self, job_id: str, wanted: set[str] | str, timeout: float = 60) -> str:
         wanted = {wanted} if isinstance(wanted, str) else wanted
@@ -118,7 +133,7 @@ class SlurmLab:
             state = self.job(job_id).get("JobState", "")
             if state in wanted:
                 # accounting lags slurmctld: wait until sacct agrees, the agent reads it
-                if state not in FINAL or self.state(job_id) == state:
+                if state not in FINAL or (self.state(job_id) == state and self.accounted(job_id)):
                     return state
             elif state in FINAL:
                 raise AssertionError(f"job {job_id} ended {state}, not {wanted}")
@@ -142,6 +157,31 @@ class SlurmLab:
         state, reason = out.split("|", 1)
         return state, reason
 
+    def settle(self, timeout: float = 90) -> None:
+        """The state every test starts from, whatever earlier tests (or runs) left: no jobs but
+        the session's background ones, every node in service, and accounting caught up with
+        every job slurmctld knows, so a snapshot or the agent sees no record still arriving."""
+        keep = set(self.background.values())
+        self.cancel(*[j for j in self._queued() if j not in keep])
+        for name, (state, _) in self._nodes().items():
+            if not _in_service(state):
+                self.resume(name)
+        self.wait_for("only the background jobs in the queue", lambda: set(self._queued()) <= keep, timeout)
+        self.wait_for("every node in service", lambda: all(_in_service(s) for s, _ in self._nodes().values()), timeout)
+        known = re.findall(r"^JobId=(\S+)", self.cli("scontrol", "show", "job", "-o", check=False), re.M)
+        self.wait_for("accounting to hold every job's whole record",
+                      lambda: all(self.accounted(j) for j in known if j not in keep), timeout)
+
+    def _queued(self) -> list[str]:
+        return self.cli("squeue", "-h", "-o", "%i").split()
+
+    def _nodes(self) -> dict[str, tuple[str, str]]:
+        out = {}
+        for line in self.cli("sinfo", "-h", "-N", "-o", "%N|%T|%E").splitlines():
+            name, state, reason = line.split("|", 2)
+            out[name] = (state, reason)
+        return out
+
     def resume(self, name: str) -> None:
         self.cli("scontrol", "update", f"NodeName={name}", "State=RESUME", check=False)
 
@@ -154,11 +194,8 @@ class SlurmLab:
         """What a change by crashcart would show: node availability and reasons, the set of
         jobs (a resubmit adds one), the queue, and the states of the `watched` jobs. Node
         allocation (idle/mixed/allocated) and other tests' jobs move on their own."""
-        nodes = {}
-        for line in self.cli("sinfo", "-h", "-N", "-o", "%N|%T|%E").splitlines():
-            name, state, reason = line.split("|", 2)
-            busy = state.rstrip("*~#!%$@^-") in {"idle", "mixed", "allocated", "completing"}
-            nodes[name] = ("in service" if busy else state, reason)
+        nodes = {name: ("in service" if _in_service(state) else state, reason)
+                 for name, (state, reason) in self._nodes().items()}
         accounted = {}
         for line in self.cli("sacct", "-n", "-X", "-P", "-a", "-S", "now-1days", "-o", "JobID,State").splitlines():
             job, state = line.split("|", 1)
@@ -195,6 +232,11 @@ class SlurmLab:
         return path
 
 
+def _in_service(state: str) -> bool:
+    """Up and taking jobs; allocation (idle/mixed/allocated) moves on its own."""
+    return state.rstrip("*~#!%$@^-") in {"idle", "mixed", "allocated", "completing"}
+
+
 def run_agent(backend: SlurmBackend, trigger: dict[str, Any], store_path: Path,
               guard: dict[str, Any] | GuardPolicy | None = None, mode: str | None = None) -> dict[str, Any]:
     """One incident, start to report, with the playbook policy: the run's final state."""
@@ -206,6 +248,15 @@ def run_agent(backend: SlurmBackend, trigger: dict[str, Any], store_path: Path,
     run = start_incident(deps, trigger, cluster="crashcart-local", source="test:slurm")
     assert not run.interrupted, "the test guard has no approval tiers; nothing should wait"
     return run.state
+
+
+def explain(state: dict[str, Any]) -> str:
+    """What the run read and concluded, for an assertion message."""
+    lines = [f"diagnosis: {state.get('diagnosis')}"]
+    for o in state.get("observations") or []:
+        lines.append(f"--- {o['tool']} {o['args']} ok={o['ok']} {o.get('error') or ''}")
+        lines += (o.get("text") or "").splitlines()[:12]
+    return "\n".join(lines)
 
 
 def actions(state: dict[str, Any], tool: str | None = None) -> list[dict[str, Any]]:

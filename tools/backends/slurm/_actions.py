@@ -95,14 +95,19 @@ class Actions:
         sub = info.submitted()
         script = self._script(info, sub.script)
         env = {k[4:]: v for k, v in a.changes.items() if k.startswith("env.")}
-        knobs = {k: v for k, v in a.changes.items() if not k.startswith("env.") and k not in ("mem_gb", "exclude_nodes")}
+        # Slurm's own options (memory, time limit) go to sbatch; the rest are the job's knobs.
+        knobs = {k: v for k, v in a.changes.items()
+                 if not k.startswith("env.") and k not in ("mem_gb", "time_limit", "exclude_nodes")}
         excluded = list(dict.fromkeys([*_nodes(sub.get("exclude")), *_nodes_of_change(a.changes), *a.exclude_nodes]))
 
-        options = sub.without(*_NOT_CARRIED, *(("mem",) if "mem_gb" in a.changes else ()))
+        options = sub.without(*_NOT_CARRIED, *(("mem",) if "mem_gb" in a.changes else ()),
+                              *(("time",) if "time_limit" in a.changes else ()))
         if info.workdir:
             options.append(("chdir", info.workdir))
         if "mem_gb" in a.changes:
             options.append(("mem", _mem_option(a.changes["mem_gb"])))
+        if "time_limit" in a.changes:
+            options.append(("time", str(a.changes["time_limit"])))
         args = list(sub.args)
         if knobs:
             args, file_env = self._apply_knobs(info, args, knobs)
@@ -186,7 +191,7 @@ class Actions:
             return set_args(args, knobs), {}
         if settings.config == "none":
             raise ToolError(f"resubmit cannot change {', '.join(knobs)}: this cluster's config says "
-                            "resubmit.config: none (only env.* keys, mem_gb and excluded nodes)")
+                            "resubmit.config: none (only env.* keys, mem_gb, time_limit and excluded nodes)")
         path, config = self.read_config_file(info)
         for key, value in knobs.items():
             set_dotted(config, key, value)

@@ -21,6 +21,7 @@ from pydantic import BaseModel
 from crashcart.tools import render
 from crashcart.tools._spec import ToolCall, ToolError, ToolInput, ToolSpec
 from crashcart.tools.backends.base import STUCK_PENDING_REASONS, ActionTarget, Backend, ClusterChanges
+from crashcart.tools.backends.slurm import _limits as limits
 from crashcart.tools.backends.slurm import _parse as parse
 from crashcart.tools.backends.slurm._cli import SlurmCLI
 from crashcart.tools.backends.slurm._config import SlurmSettings
@@ -30,7 +31,8 @@ from crashcart.tools.backends.slurm._parse import ACTIVE
 from crashcart.tools.backends.slurm._submit import SubmitLine, parse_submit_line
 from crashcart.tools.catalog import (
     GpuOutput, HistoryInput, JobRow, JobsOutput, ListJobsInput, MetricsInput, NodeInput, NodeLogInput,
-    NodeLogOutput, NodeRow, NodesOutput, QueueInput, SacctInput, SinfoInput,
+    NodeLogOutput, NodeRow, NodesOutput, PartitionInput, PartitionOutput, QueueInput, SacctInput, SacctmgrInput,
+    SacctmgrOutput, SinfoInput, SprioOutput, SshareInput, SshareOutput,
 )
 from crashcart.tools.transport import Transport
 
@@ -134,7 +136,7 @@ class SlurmBackend(JobFiles, Backend):
         text = self.cli.out([command, "--json"])
         try:
             return read(json.loads(text))
-        except (ValueError, KeyError, TypeError) as e:
+        except (ValueError, KeyError, TypeError, AttributeError) as e:  # AttributeError: another shape
             raise ToolError(f"{command} --json printed something crashcart cannot read ({e}): {text[:200]!r}") from None
 
     def node(self, name: str) -> parse.NodeInfo:
@@ -418,6 +420,33 @@ class SlurmBackend(JobFiles, Backend):
         lines = render.sinfo_lines([parse.as_node(r) for r in rows])
         text, truncated = self._bounded(lines, pinned=1)
         return NodesOutput(text=text, truncated=truncated, rows=rows)
+
+    def _tool_partition_info(self, a: PartitionInput) -> PartitionOutput:
+        result = self.cli.read(["scontrol", "show", "partition", "-o", a.partition], check=False)
+        line = next((l for l in result.stdout.splitlines() if l.startswith("PartitionName=")), "")
+        if not result.ok or not line:
+            raise ToolError(f"`scontrol show partition {a.partition}` failed: "
+                            f"{(result.stderr or result.stdout).strip()[-300:] or 'no such partition'}")
+        rec = parse.scontrol_record(line)
+        return PartitionOutput(text=line, partition=rec.get("PartitionName", a.partition), max_time=rec.get("MaxTime"))
+    def _tool_sacctmgr_show(self, a: SacctmgrInput) -> SacctmgrOutput:
+        if a.entity == "qos":
+            out = self.cli.out(limits.QOS_ARGV)
+            return SacctmgrOutput(text=self._bounded(out.splitlines(), pinned=1)[0], qos=limits.qos_rows(out))
+        out = self.cli.out(limits.ASSOC_ARGV)
+        return SacctmgrOutput(text=self._bounded(out.splitlines(), pinned=1)[0], associations=limits.assoc_rows(out))
+
+    def _tool_sshare(self, a: SshareInput) -> SshareOutput:
+        argv = limits.SSHARE_ARGV + (["-A", a.account] if a.account else [])
+        out = self.cli.out(argv)
+        text, truncated = self._bounded(out.splitlines(), pinned=1)
+        return SshareOutput(text=text, truncated=truncated, shares=limits.sshare_rows(out))
+
+    def _tool_sprio(self, a: QueueInput) -> SprioOutput:
+        argv = limits.SPRIO_ARGV + (["-p", a.partition] if a.partition else []) + (["-u", a.user] if a.user else [])
+        out = self.cli.out(argv)
+        text, truncated = self._bounded(out.splitlines(), pinned=1)
+        return SprioOutput(text=text, truncated=truncated, priorities=limits.sprio_rows(out))
 
     def running_job_on(self, node: str) -> str | None:
         """The job to run an srun step in, when node commands go through srun."""

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from crashcart.tools.transport import LocalTransport, Secret, SSHTarget, SSHTransport, Transport
 
@@ -50,6 +50,16 @@ class SSHSettings(_Strict):
                         f"({'password_env' if key == 'password' else 'key_passphrase_env'}) or a file "
                         f"({'password_file' if key == 'password' else 'key_passphrase_file'}) instead")
         return data
+
+    @field_validator("hosts")
+    @classmethod
+    def _plain_hosts(cls, hosts: list[str]) -> list[str]:
+        for i, host in enumerate(hosts):
+            if "@" in host or "://" in host:
+                # Not echoed: `user:password@host` would put the password in every message after.
+                raise ValueError(f"hosts[{i}] is not a plain host name: give the user as `user:` and a "
+                                 "password only through password_env or password_file, never in the host")
+        return hosts
 
     @model_validator(mode="after")
     def _one_source_each(self) -> SSHSettings:

@@ -97,6 +97,14 @@ class JobFiles:
 
     def _tool_job_config(self, a: JobInput) -> ConfigOutput:
         info = self.job(a.job)
+        if info.live and not info.submit_line:
+            # A job that just ended: accounting writes its submit line (the memory and options it
+            # asked for) a second or more after slurmctld knows it. Wait as a resubmit does, or a
+            # fast `watch` would propose a fix without them.
+            try:
+                info = self.actions._with_submit_line(info)
+            except ToolError:
+                pass
         config = self.job_config(info)
         dumped = yaml.safe_dump(config, sort_keys=False, default_flow_style=False) if config else ""
         lines = [f"# job {info.row.job} ({info.row.name or '-'}) as submitted: {info.submit_line or '(submit line not recorded)'}"]
@@ -105,7 +113,7 @@ class JobFiles:
 
     def job_config(self, info: JobInfo) -> dict[str, Any]:
         """The knobs a resubmit can change: the script's arguments or config file, the variables
-        --export sets, excluded nodes, and the memory Slurm was asked for."""
+        --export sets, excluded nodes, and the memory and time limit Slurm was asked for."""
         sub = info.submitted()
         if not sub.script and info.command:  # no submit line yet (accounting lags): the live Command
             words = info.command.split()
@@ -123,6 +131,8 @@ class JobFiles:
             config["exclude_nodes"] = parse.nodes_of(excluded)
         if (mem := _mem_gb(sub.get("mem"))) is not None:
             config["mem_gb"] = mem
+        if sub.get("time"):
+            config["time_limit"] = sub.get("time")
         return config
 
 

@@ -43,7 +43,10 @@ def epoch(value: Any) -> datetime | None:
         value = value.get("number") if value.get("set", True) else None
     if not value:
         return None
-    return datetime.fromtimestamp(int(value), UTC)
+    try:
+        return datetime.fromtimestamp(int(value), UTC)
+    except (OverflowError, OSError):
+        raise ValueError(f"{value!r} is not a time in seconds since the epoch") from None
 
 
 def text_of(value: Any) -> str:
@@ -56,7 +59,10 @@ def text_of(value: Any) -> str:
 def nodes_of(text: str | None) -> list[str]:
     if text is None or text.strip().lower() in _NO_VALUE:
         return []
-    return expand_hostlist(text.strip())
+    try:
+        return expand_hostlist(text.strip())
+    except ValueError as e:
+        raise ToolError(f"Slurm printed a node list crashcart cannot read: {e}") from None
 
 
 def gpus_in(tres: str | None) -> int:
@@ -182,7 +188,7 @@ def squeue_text(text: str) -> list[JobRow]:
             reason=reason_of(c[5]), nodes=nodes_of(c[6]), submit_time=when(c[7]),
             start_time=when(c[8]) if c[4] != "PENDING" else None,
             depends_on=re.findall(r":(\d+)", c[9]) if reason_of(c[9]) else [],
-            gpus=per_node * max(1, int(c[11]) if c[11].isdigit() else 1),
+            gpus=per_node * max(1, int(c[11]) if c[11].isascii() and c[11].isdigit() else 1),
         ))
     return rows
 

@@ -1,0 +1,99 @@
+"""What every notifier shares: the message, the settings every kind has, the error it raises."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Protocol
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from crashcart.tools.transport import Secret, TransportError
+
+
+class DeliveryError(Exception):
+    """A notifier could not deliver. `permanent`: retrying will not help (a 4xx, bad credentials)."""
+
+    def __init__(self, message: str, permanent: bool = False):
+        super().__init__(message)
+        self.permanent = permanent
+
+
+class Notification(BaseModel):
+    """An `escalate` or `notify` action the guard allowed and the backend ran, as people get it."""
+
+    event: str
+    """escalate | notify"""
+    cluster: str
+    incident_id: str
+    action_id: str
+    time: datetime
+    team: str | None = None
+    severity: str | None = None
+    to: str | None = None
+    summary: str
+    evidence: list[str] = Field(default_factory=list)
+
+    @classmethod
+    def from_action(cls, cluster: str, incident_id: str, action: dict[str, Any], at: datetime) -> Notification:
+        args = action.get("args") or {}
+        return cls(event=action["tool"], cluster=cluster, incident_id=incident_id, action_id=action["action_id"],
+                   time=at, team=args.get("team"), severity=args.get("severity"), to=args.get("to"),
+                   summary=str(args.get("summary") or args.get("message") or args.get("reason") or ""),
+                   evidence=[str(e) for e in args.get("evidence") or []])
+
+    @property
+    def subject(self) -> str:
+        who = f"to {self.team}" if self.team else f"for {self.to}" if self.to else ""
+        what = f"{self.severity} escalation" if self.event == "escalate" else "notification"
+        return f"[crashcart] {what} {who}: {self.cluster} {self.incident_id}".replace("  ", " ")
+
+    def text(self) -> str:
+        lines = [self.subject, "", self.summary]
+        if self.evidence:
+            lines += ["", "Evidence:"] + [f"  {e}" for e in self.evidence]
+        lines += ["", f"crashcart incidents show {self.incident_id}"]
+        return "\n".join(lines)
+
+
+class NotifierSettings(BaseModel):
+    """The keys every kind has. Unknown keys are an error, like everywhere in crashcart."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kind: str
+    name: str | None = None
+    """How `incidents` names it (default: its kind)."""
+    teams: list[str] | None = None
+    """Only escalations to these teams (and every notify); default: all."""
+    retries: int = Field(3, ge=0, le=10)
+    backoff_seconds: float = Field(1.0, ge=0, le=300)
+    """Before retry i (from 0) it waits backoff_seconds * 2**i."""
+
+    @property
+    def label(self) -> str:
+        return self.name or self.kind
+
+    def wants(self, n: Notification) -> bool:
+        return self.teams is None or n.event != "escalate" or n.team in self.teams
+
+    def build(self) -> Notifier:
+        raise NotImplementedError
+
+
+class Notifier(Protocol):
+    def send(self, n: Notification) -> None:
+        """Deliver or raise DeliveryError."""
+
+
+def reveal(secret: Secret | None, what: str) -> str | None:
+    """A secret's value, or a DeliveryError naming where it should be (never the value)."""
+    if secret is None:
+        return None
+    try:
+        return secret.reveal()
+    except TransportError as e:
+        raise DeliveryError(f"{what}: {e}", permanent=True) from None
+
+
+def secret(env: str | None, file: str | None) -> Secret | None:
+    return Secret(env=env, file=file) if env or file else None

@@ -1,0 +1,150 @@
+"""Values a fix computes from what the tools returned (a playbook change's `compute:`).
+
+Each returns the value in its setting's canonical unit (bytes for memory), or None when the
+evidence does not hold it: a remedy never guesses, it escalates with what it saw.
+"""
+
+from __future__ import annotations
+
+import re
+from difflib import SequenceMatcher
+from typing import Any, Callable
+
+from crashcart.agent.policies.config_keys import load_key_table, parse_duration, parse_size
+from crashcart.agent.policies.evidence import Evidence
+from crashcart.agent.policies.matching import _config_value
+
+# How alike a selector value and a node's label value must be to call the difference a typo
+# ("gpu-h100-ondemand" for "gpu-h100-on-demand"), not another product or pool.
+TYPO_SIMILARITY = 0.88
+
+# A trainer's own report of a save that finished (HF Trainer, Lightning, Megatron, DeepSpeed):
+# "Saving ..." only says one began, so it is not proof of a whole checkpoint.
+_SAVED = re.compile(
+    r"(?:\bsaved\b|successfully saved|checkpoint saved|finished saving|save(?:d)? complete)[^\n]*?"
+    r"(?P<path>/[^\s'\",]+)",
+    re.I,
+)
+_BROKEN = re.compile(r"(corrupt|truncat|incomplete|unexpected EOF|invalid load key|failed finding central directory|"
+                     r"error|cannot|could not|unable)", re.I)
+
+
+def gpus_per_node(ev: Evidence, job: str, captures: dict[str, str], margin: float | None) -> Any:
+    """The GPUs the scheduler really gave each node: one process per GPU."""
+    facts = ev.jobs.get(job)
+    if not facts or not facts.gpus or not facts.nodes:
+        return None
+    per, rest = divmod(facts.gpus, len(facts.nodes))
+    return per if per and not rest else None
+
+
+def above_peak(ev: Evidence, job: str, captures: dict[str, str], margin: float | None) -> Any:
+    """The peak memory the evidence reports (a named group `peak`: "33554432kB", "61.2 GiB"),
+    with headroom."""
+    peak = parse_size(captures.get("peak", "").replace(" ", "")) if captures.get("peak") else None
+    return peak * (margin or 1.25) if peak else None
+
+
+def half_precision(ev: Evidence, job: str, captures: dict[str, str], margin: float | None) -> Any:
+    """bf16 where every GPU of the job supports it (fp32's range, no loss scaling), else fp16."""
+    facts = ev.jobs.get(job)
+    models = [ev.nodes.get(n, {}).get("gpu_model") for n in (facts.nodes if facts else [])]
+    models = [m for m in models if m]
+    table = load_key_table()
+    # fp16 runs on every GPU with tensor cores: the safe answer while the model is unknown.
+    return "bf16" if models and all(table.supports_bf16(m) for m in models) else "fp16"
+
+
+def newest_complete_checkpoint(ev: Evidence, job: str, captures: dict[str, str], margin: float | None) -> Any:
+    """The newest checkpoint known to be whole: the one before the latest (which the failure
+    points at) from the progress record; without one, the newest save the job's log (earlier
+    attempts included) reports finished, written in the job's own path: its resume path with
+    that step put in place of the broken one (`.../checkpoint-6000` -> `.../checkpoint-5500`)."""
+    _, checkpoints = ev.progress.get(job, ([], []))
+    ordered = sorted(checkpoints, key=lambda c: c.step)
+    if len(ordered) >= 2 and ordered[-2].path:
+        return ordered[-2].path
+    logs = [d for d in ev.docs if d.source == "log" and d.entity == f"job:{job}"]
+    broken = {m.group("path").rstrip(".:") for d in logs for line in d.lines if _BROKEN.search(line)
+              for m in re.finditer(r"(?P<path>/[^\s'\",]+)", line)}
+    saved = [m.group("path").rstrip(".:") for d in logs for line in d.lines if not _BROKEN.search(line)
+             for m in _SAVED.finditer(line)]
+    whole = [p for p in saved if not any(p == b or b.startswith(p + "/") or p.startswith(b + "/") for b in broken)]
+    current = _resume_value(ev, job)
+    if current and _step_of(current) is not None:
+        # The checkpoint the job failed to load is the broken one, whatever parts of it were saved.
+        whole = [p for p in whole if (_step_of(p) if _step_of(p) is not None else -1) < _step_of(current)]
+    if not whole:
+        return None
+    newest = max(whole, key=lambda p: _step_of(p) or -1) if any(_step_of(p) is not None for p in whole) else whole[-1]
+    step = _step_of(newest)
+    if current and step is not None and _step_of(current) is not None:
+        m = list(_STEP.finditer(current))[-1]
+        digits = m.group("n")
+        return current[:m.start("n")] + str(step).zfill(len(digits) if digits.startswith("0") else 0) + current[m.end("n"):]
+    return newest
+
+
+# A step number as trainers put it in checkpoint paths: checkpoint-5500, step_12000, global_step1200,
+# iter_0004000, epoch=3-step=12000.
+_STEP = re.compile(r"(?:checkpoint|ckpt|step|global_step|iter|iteration)[-_=]?(?P<n>\d+)", re.I)
+
+
+def _step_of(path: str) -> int | None:
+    found = list(_STEP.finditer(path))
+    return int(found[-1].group("n")) if found else None
+
+
+def _resume_value(ev: Evidence, job: str) -> str | None:
+    config = ev.configs.get(job, {})
+    for key in load_key_table().settings["resume_checkpoint"].keys:
+        value = _config_value(config, key.key)
+        if isinstance(value, str) and value:
+            return value
+    return None
+
+
+def selector_as_idle_nodes_carry(ev: Evidence, job: str, captures: dict[str, str], margin: float | None) -> Any:
+    """The job's node selector with each value no node carries replaced by the one idle GPU nodes
+    carry under the same label, when it is the same word misspelt (a pool name's typo), never a
+    different product or pool: that is the owner's choice, so it escalates."""
+
+    config = ev.configs.get(job, {})
+    keys = load_key_table().settings["node_selector"].keys
+    selector = next((v for k in keys if isinstance(v := _config_value(config, k.key), dict)), None)
+    if not selector or not ev.nodes:
+        return None
+    carried = {(k, v) for row in ev.nodes.values() for k, v in (row.get("labels") or {}).items()}
+    # In service with GPUs to spare: a drained or cordoned node's labels are no evidence of where to go.
+    free = [row for row in ev.nodes.values()
+            if row.get("gpus") and str(row.get("state", "")).lower() in {"idle", "mixed", "ready"}]
+    corrected = dict(selector)
+    for key, value in selector.items():
+        if (key, str(value)) in carried:
+            continue
+        options = {str((row.get("labels") or {})[key]) for row in free if key in (row.get("labels") or {})}
+        scored = sorted(((SequenceMatcher(None, str(value).lower(), o.lower()).ratio(), o) for o in options), reverse=True)
+        if not scored or scored[0][0] < TYPO_SIMILARITY or (len(scored) > 1 and scored[1][0] == scored[0][0]):
+            return None
+        corrected[key] = scored[0][1]
+    return corrected if corrected != selector else None
+
+
+def partition_max_time(ev: Evidence, job: str, captures: dict[str, str], margin: float | None) -> Any:
+    """The partition's MaxTime, for a job that pends because it asked for more (PartitionTimeLimit):
+    a job that checkpoints resumes across runs of the longest time the partition allows."""
+    facts = ev.jobs.get(job)
+    if not facts or not facts.partition or "timelimit" not in (facts.reason or "").lower().replace("_", ""):
+        return None
+    limit = (ev.partitions.get(facts.partition) or {}).get("max_time")
+    return parse_duration(limit, "slurm_time") if limit and str(limit).upper() != "UNLIMITED" else None
+
+
+COMPUTE: dict[str, Callable[[Evidence, str, dict[str, str], float | None], Any]] = {
+    "gpus_per_node": gpus_per_node,
+    "above_peak": above_peak,
+    "half_precision": half_precision,
+    "newest_complete_checkpoint": newest_complete_checkpoint,
+    "selector_as_idle_nodes_carry": selector_as_idle_nodes_carry,
+    "partition_max_time": partition_max_time,
+}

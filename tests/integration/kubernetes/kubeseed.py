@@ -1,0 +1,229 @@
+"""Objects shaped as `kubectl get -o json` prints them on a real GPU cluster.
+
+Built by hand from what the kubelet, the scheduler and the node controller write (field
+names, reasons and messages as Kubernetes 1.30 prints them); the loopback API server adds
+uid, resourceVersion and creationTimestamp as a real one does. Each helper returns one
+object, so a test reads as the cluster it sets up.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+H100 = "NVIDIA-H100-80GB-HBM3"
+
+
+def ts(t: datetime) -> str:
+    return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def ago(**kw) -> datetime:
+    return datetime.now(UTC) - timedelta(**kw)
+
+
+def node(name: str, pool: str = "h100", gpus: int = 8, ready: bool = True, since: datetime | None = None,
+         unschedulable: bool = False, taints: list[dict] | None = None) -> dict[str, Any]:
+    beat = ts(since or ago(seconds=20))
+    ready_cond = ({"type": "Ready", "status": "True", "lastHeartbeatTime": beat, "lastTransitionTime": ts(ago(days=12)),
+                   "reason": "KubeletReady", "message": "kubelet is posting ready status"} if ready else
+                  {"type": "Ready", "status": "Unknown", "lastHeartbeatTime": ts(ago(minutes=6)),
+                   "lastTransitionTime": beat, "reason": "NodeStatusUnknown", "message": "Kubelet stopped posting node status."})
+    conditions = [
+        {"type": "MemoryPressure", "status": "False" if ready else "Unknown", "lastHeartbeatTime": beat,
+         "lastTransitionTime": ts(ago(days=12)), "reason": "KubeletHasSufficientMemory" if ready else "NodeStatusUnknown",
+         "message": "kubelet has sufficient memory available" if ready else "Kubelet stopped posting node status."},
+        {"type": "DiskPressure", "status": "False" if ready else "Unknown", "lastHeartbeatTime": beat,
+         "lastTransitionTime": ts(ago(days=12)), "reason": "KubeletHasNoDiskPressure" if ready else "NodeStatusUnknown",
+         "message": "kubelet has no disk pressure" if ready else "Kubelet stopped posting node status."},
+        {"type": "PIDPressure", "status": "False" if ready else "Unknown", "lastHeartbeatTime": beat,
+         "lastTransitionTime": ts(ago(days=12)), "reason": "KubeletHasSufficientPID" if ready else "NodeStatusUnknown",
+         "message": "kubelet has sufficient PID available" if ready else "Kubelet stopped posting node status."},
+        ready_cond,
+    ]
+    node_taints = list(taints or [])
+    if not ready:
+        node_taints += [{"key": "node.kubernetes.io/unreachable", "effect": "NoSchedule", "timeAdded": beat},
+                        {"key": "node.kubernetes.io/unreachable", "effect": "NoExecute", "timeAdded": beat}]
+    if unschedulable:
+        node_taints.append({"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule", "timeAdded": beat})
+    spec: dict[str, Any] = {"podCIDR": "10.244.3.0/24", "podCIDRs": ["10.244.3.0/24"], "providerID": f"aws:///us-east-1a/i-0{abs(hash(name)) % 10**16:016x}"}
+    if node_taints:
+        spec["taints"] = node_taints
+    if unschedulable:
+        spec["unschedulable"] = True
+    return {
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": name, "annotations": {"node.alpha.kubernetes.io/ttl": "0",
+                                                   "volumes.kubernetes.io/controller-managed-attach-detach": "true"},
+                     "labels": {"beta.kubernetes.io/arch": "amd64", "beta.kubernetes.io/os": "linux",
+                                "kubernetes.io/arch": "amd64", "kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
+                                "node.kubernetes.io/instance-type": "p5.48xlarge", "pool": pool,
+                                "nvidia.com/gpu.count": str(gpus), "nvidia.com/gpu.product": H100,
+                                "nvidia.com/gpu.memory": "81559", "nvidia.com/cuda.driver.major": "550"}},
+        "spec": spec,
+        "status": {
+            "addresses": [{"type": "InternalIP", "address": "10.0.3.17"}, {"type": "Hostname", "address": name}],
+            "allocatable": {"cpu": "191450m", "ephemeral-storage": "27196154Ki", "hugepages-1Gi": "0",
+                            "hugepages-2Mi": "0", "memory": "2047544808Ki", "nvidia.com/gpu": str(gpus), "pods": "110"},
+            "capacity": {"cpu": "192", "ephemeral-storage": "29098932Ki", "hugepages-1Gi": "0", "hugepages-2Mi": "0",
+                         "memory": "2097144808Ki", "nvidia.com/gpu": str(gpus), "pods": "110"},
+            "conditions": conditions,
+            "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
+        },
+    }
+
+
+def container(name: str = "trainer", image: str = "nvcr.io/nvidia/pytorch:24.05-py3", args: list[str] | None = None,
+              env: dict[str, str] | None = None, memory: str = "64Gi", gpus: int = 8, command: list[str] | None = None) -> dict[str, Any]:
+    c: dict[str, Any] = {
+        "name": name, "image": image, "imagePullPolicy": "IfNotPresent",
+        "command": command or ["torchrun", "--nproc_per_node=8", "train.py"],
+        "args": args if args is not None else ["--batch_size=32", "--lr=3e-4"],
+        "env": [{"name": k, "value": v} for k, v in (env or {"NCCL_DEBUG": "WARN"}).items()],
+        "resources": {"limits": {"memory": memory, "nvidia.com/gpu": str(gpus)},
+                      "requests": {"cpu": "32", "memory": memory, "nvidia.com/gpu": str(gpus)}},
+        "terminationMessagePath": "/dev/termination-log", "terminationMessagePolicy": "File",
+        "volumeMounts": [{"mountPath": "/var/run/secrets/kubernetes.io/serviceaccount", "name": "kube-api-access-7xq2d", "readOnly": True}],
+    }
+    return c
+
+
+def pod_spec(node_name: str | None, c: dict[str, Any], restart: str = "Never") -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "containers": [c], "restartPolicy": restart, "schedulerName": "default-scheduler",
+        "dnsPolicy": "ClusterFirst", "enableServiceLinks": True, "preemptionPolicy": "PreemptLowerPriority", "priority": 0,
+        "securityContext": {}, "serviceAccount": "default", "serviceAccountName": "default", "terminationGracePeriodSeconds": 30,
+        "tolerations": [{"effect": "NoExecute", "key": "node.kubernetes.io/not-ready", "operator": "Exists", "tolerationSeconds": 300},
+                        {"effect": "NoExecute", "key": "node.kubernetes.io/unreachable", "operator": "Exists", "tolerationSeconds": 300},
+                        {"effect": "NoSchedule", "key": "nvidia.com/gpu", "operator": "Exists"}],
+        "volumes": [{"name": "kube-api-access-7xq2d", "projected": {"defaultMode": 420, "sources": [
+            {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}}]}}],
+    }
+    if node_name:
+        spec["nodeName"] = node_name
+    return spec
+
+
+def _cond(kind: str, status: str, at: datetime, reason: str | None = None, message: str | None = None) -> dict[str, Any]:
+    c = {"type": kind, "status": status, "lastProbeTime": None, "lastTransitionTime": ts(at)}
+    if reason:
+        c["reason"] = reason
+    if message:
+        c["message"] = message
+    return c
+
+
+def _cid() -> str:
+    return "containerd://" + uuid.uuid4().hex + uuid.uuid4().hex
+
+
+def pod(name: str, namespace: str = "train", node_name: str | None = "gpu-a01", *, phase: str = "Running",
+        started: datetime | None = None, c: dict[str, Any] | None = None, state: dict[str, Any] | None = None,
+        last_state: dict[str, Any] | None = None, restarts: int = 0, owner: dict[str, Any] | None = None,
+        labels: dict[str, str] | None = None, unschedulable_message: str | None = None,
+        reason: str | None = None, message: str | None = None, restart: str = "Never") -> dict[str, Any]:
+    c = c or container()
+    started = started or ago(minutes=40)
+    meta: dict[str, Any] = {"name": name, "namespace": namespace, "labels": dict(labels or {"user": "dana"})}
+    if owner:
+        meta["ownerReferences"] = [{"apiVersion": owner["apiVersion"], "kind": owner["kind"], "name": owner["metadata"]["name"],
+                                    "uid": owner["metadata"]["uid"], "controller": True, "blockOwnerDeletion": True}]
+        if owner["kind"] == "Job":
+            meta["labels"].update({"batch.kubernetes.io/job-name": owner["metadata"]["name"], "job-name": owner["metadata"]["name"],
+                                   "batch.kubernetes.io/controller-uid": owner["metadata"]["uid"], "controller-uid": owner["metadata"]["uid"]})
+    status: dict[str, Any] = {"phase": phase, "qosClass": "Burstable", "hostIP": "10.0.3.17", "podIP": "10.244.3.41",
+                              "podIPs": [{"ip": "10.244.3.41"}]}
+    if phase == "Pending" and unschedulable_message:
+        status = {"phase": "Pending", "qosClass": "Burstable",
+                  "conditions": [_cond("PodScheduled", "False", started, "Unschedulable", unschedulable_message)]}
+    else:
+        ready = phase == "Running" and "running" in (state or {"running": {}})
+        status["startTime"] = ts(started)
+        status["conditions"] = [
+            _cond("PodReadyToStartContainers", "True", started), _cond("Initialized", "True", started),
+            _cond("Ready", str(ready), started, None if ready else "ContainersNotReady",
+                  None if ready else f"containers with unready status: [{c['name']}]"),
+            _cond("ContainersReady", str(ready), started, None if ready else "ContainersNotReady",
+                  None if ready else f"containers with unready status: [{c['name']}]"),
+            _cond("PodScheduled", "True", started)]
+        cs: dict[str, Any] = {"name": c["name"], "image": c["image"], "imageID": "" if "waiting" in (state or {}) and restarts == 0
+                              else f"{c['image'].split(':')[0]}@sha256:{uuid.uuid4().hex}{uuid.uuid4().hex}",
+                              "ready": ready, "restartCount": restarts, "started": ready,
+                              "state": state or {"running": {"startedAt": ts(started)}}, "lastState": last_state or {}}
+        if "waiting" not in cs["state"] or restarts:
+            cs["containerID"] = _cid()
+        status["containerStatuses"] = [cs]
+        if reason:
+            status["reason"] = reason
+            status["message"] = message or ""
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": pod_spec(node_name, c, restart), "status": status}
+
+
+def terminated(reason: str, code: int, started: datetime, finished: datetime) -> dict[str, Any]:
+    return {"terminated": {"containerID": _cid(), "exitCode": code, "reason": reason,
+                           "startedAt": ts(started), "finishedAt": ts(finished)}}
+
+
+def waiting(reason: str, message: str) -> dict[str, Any]:
+    return {"waiting": {"reason": reason, "message": message}}
+
+
+def job(name: str, namespace: str = "train", c: dict[str, Any] | None = None, backoff: int = 0,
+        labels: dict[str, str] | None = None) -> dict[str, Any]:
+    c = c or container()
+    return {"apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {"name": name, "namespace": namespace, "labels": dict(labels or {"user": "dana"})},
+            "spec": {"backoffLimit": backoff, "completionMode": "NonIndexed", "completions": 1, "parallelism": 1,
+                     "podReplacementPolicy": "TerminatingOrFailed", "suspend": False, "manualSelector": False,
+                     "selector": {"matchLabels": {"batch.kubernetes.io/controller-uid": "PLACEHOLDER"}},
+                     "template": {"metadata": {"labels": {"user": "dana", "batch.kubernetes.io/controller-uid": "PLACEHOLDER",
+                                                          "controller-uid": "PLACEHOLDER", "job-name": name,
+                                                          "batch.kubernetes.io/job-name": name}},
+                                  "spec": {k: v for k, v in pod_spec(None, c).items()}}},
+            "status": {}}
+
+
+def pytorchjob(name: str, namespace: str = "train", workers: int = 2) -> dict[str, Any]:
+    c = container(name="pytorch")
+    tmpl = {"spec": {k: v for k, v in pod_spec(None, c, restart="OnFailure").items() if k != "restartPolicy"}}
+    return {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
+            "metadata": {"name": name, "namespace": namespace, "labels": {"user": "dana"}},
+            "spec": {"pytorchReplicaSpecs": {
+                "Master": {"replicas": 1, "restartPolicy": "OnFailure", "template": tmpl},
+                "Worker": {"replicas": workers, "restartPolicy": "OnFailure", "template": tmpl}}},
+            "status": {"conditions": [{"type": "Created", "status": "True", "reason": "PyTorchJobCreated",
+                                       "message": f"PyTorchJob {name} is created.", "lastTransitionTime": ts(ago(minutes=30))},
+                                      {"type": "Running", "status": "True", "reason": "PyTorchJobRunning",
+                                       "message": f"PyTorchJob {namespace}/{name} is running.", "lastTransitionTime": ts(ago(minutes=29))}]}}
+
+
+def event(obj: dict[str, Any], reason: str, message: str, *, type_: str = "Warning", component: str = "kubelet",
+          count: int = 1, at: datetime | None = None, first: datetime | None = None) -> dict[str, Any]:
+    m = obj["metadata"]
+    at = at or ago(seconds=30)
+    host = (obj.get("spec") or {}).get("nodeName") or (m["name"] if obj.get("kind") == "Node" else "")
+    involved = {"kind": obj["kind"], "name": m["name"], "uid": m.get("uid", ""), "apiVersion": obj["apiVersion"],
+                "resourceVersion": m.get("resourceVersion", "")}
+    if m.get("namespace"):
+        involved["namespace"] = m["namespace"]
+    if obj["kind"] == "Pod" and component == "kubelet":
+        involved["fieldPath"] = f"spec.containers{{{obj['spec']['containers'][0]['name']}}}"
+    return {"apiVersion": "v1", "kind": "Event",
+            "metadata": {"name": f"{m['name']}.{uuid.uuid4().hex[:16]}", "namespace": m.get("namespace") or "default"},
+            "involvedObject": involved, "reason": reason, "message": message, "type": type_,
+            "source": {"component": component, **({"host": host} if host and component == "kubelet" else {})},
+            "firstTimestamp": ts(first or at), "lastTimestamp": ts(at), "count": count,
+            "reportingComponent": component, "reportingInstance": host}
+
+
+def pdb(name: str, namespace: str, match: dict[str, str], allowed: int = 0, healthy: int = 1) -> dict[str, Any]:
+    return {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {"minAvailable": healthy, "selector": {"matchLabels": match}},
+            "status": {"currentHealthy": healthy, "desiredHealthy": healthy, "disruptionsAllowed": allowed,
+                       "expectedPods": healthy, "observedGeneration": 1,
+                       "conditions": [{"type": "DisruptionAllowed", "status": "True" if allowed else "False",
+                                       "reason": "SufficientPods" if allowed else "InsufficientPods", "message": "",
+                                       "lastTransitionTime": ts(ago(hours=2)), "observedGeneration": 1}]}}

@@ -1,0 +1,120 @@
+"""crashcart watch on the loopback cluster: list + watch with resourceVersion (a 410 relists),
+one incident per root cause, and `crashcart watch --cluster` / `export` / `eval` end to end."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from datetime import timedelta
+from pathlib import Path
+
+import yaml
+
+import kubeseed as k
+from crashcart.agent.guard import policy_from_dict
+from crashcart.agent.policies import make_policy
+from crashcart.agent.runner import make_deps
+from crashcart.agent.store import IncidentStore
+from crashcart.agent.watch import Watcher, WatchSettings
+from test_agent import ALLOW_ALL, oom_job
+
+
+def failures(lab):
+    """A crash loop, two failed pods of one PyTorchJob, a bad image tag, a pod that cannot be
+    scheduled for 20 minutes, a node that stopped reporting, and healthy work around them."""
+    lab.store.install_crd("pytorchjobs")
+    for n in ("gpu-a01", "gpu-a02"):
+        lab.add(k.node(n))
+    lab.add(k.node("gpu-a03", ready=False))
+    lab.add(k.pod("healthy-0", node_name="gpu-a02"))
+    lab.add(k.pod("done-0", phase="Succeeded", state=k.terminated("Completed", 0, k.ago(hours=2), k.ago(hours=1))))
+    lab.add(k.pod("loop-0", restart="Always", restarts=3, state=k.waiting("CrashLoopBackOff", "back-off 40s"),
+                  last_state=k.terminated("Error", 1, k.ago(minutes=2), k.ago(minutes=1))))
+    pj = lab.add(k.pytorchjob("llama"))
+    for i in range(2):
+        lab.add(k.pod(f"llama-worker-{i}", owner=pj, phase="Failed", labels={"user": "dana", "training.kubeflow.org/job-name": "llama"},
+                      state=k.terminated("Error", 1, k.ago(minutes=5), k.ago(minutes=1))))
+    lab.add(k.pod("img-0", phase="Pending", state=k.waiting("ImagePullBackOff", 'Back-off pulling image "x:bad"')))
+    big = k.pod("big-0", node_name=None, phase="Pending", started=k.ago(minutes=20),
+                unschedulable_message="0/3 nodes are available: 3 Insufficient nvidia.com/gpu.")
+    big["metadata"]["creationTimestamp"] = k.ts(k.ago(minutes=20))  # created 20 minutes ago
+    big = lab.add(big)
+    lab.add(k.event(big, "FailedScheduling", "0/3 nodes are available: 3 Insufficient nvidia.com/gpu.", component="default-scheduler"))
+    lab.add(k.pod("young-0", node_name=None, phase="Pending", unschedulable_message="0/3 nodes are available"))
+
+
+def test_one_poll_finds_each_failure_once(lab):
+    failures(lab)
+    b = lab.backend()
+    changes = b.changes_since(b.now() - timedelta(minutes=10), stall_minutes=45)
+    assert sorted((r.job, r.state) for r in changes.failed) == [("llama-worker-0", "Failed"), ("loop-0", "CrashLoopBackOff")]
+    assert sorted((r.job, r.reason) for r in changes.pending) == [("big-0", "Unschedulable"), ("img-0", "ImagePullBackOff")]
+    assert [(n.node, n.state) for n in changes.nodes_down] == [("gpu-a03", "not_ready")]
+    lists = [p for m, p, q, _ in lab.store.requests if m == "GET" and "watch" not in q and p in ("/api/v1/pods", "/api/v1/nodes")]
+    assert sorted(lists) == ["/api/v1/nodes", "/api/v1/pods"]
+
+
+def test_later_polls_watch_from_the_resource_version_and_a_410_relists(lab):
+    lab.add(k.node("gpu-a01"))
+    b = lab.backend()
+    first = b.changes_since(b.now() - timedelta(minutes=10), 45)
+    assert first.failed == []
+    listed_at = b.informer.pods.rv
+    lab.add(k.pod("oom-0", phase="Failed", state=k.terminated("OOMKilled", 137, k.ago(minutes=3), k.ago(seconds=5))))
+    second = b.changes_since(b.now() - timedelta(minutes=1), 45)
+    assert [r.job for r in second.failed] == ["oom-0"]
+    watches = [q for m, p, q, _ in lab.store.requests if q.get("watch") == ["true"] and p == "/api/v1/pods"]
+    assert watches[0]["resourceVersion"] == [listed_at]
+    assert watches[0]["allowWatchBookmarks"] == ["true"]
+    relists = b.informer.pods.relists
+    lab.store.compact()
+    lab.add(k.pod("oom-1", phase="Failed", state=k.terminated("OOMKilled", 137, k.ago(minutes=3), k.ago(seconds=2))))
+    lab.store.compact()
+    third = b.changes_since(b.now() - timedelta(minutes=1), 45)
+    assert b.informer.pods.relists == relists + 1
+    assert sorted(r.job for r in third.failed) == ["oom-0", "oom-1"]
+
+
+def test_watcher_acts_once_per_failure(lab, tmp_path):
+    oom_job(lab)
+    b = lab.backend()
+    store = IncidentStore(str(tmp_path / "w.duckdb"))
+    watcher = Watcher(make_deps(b, make_policy("playbook"), policy_from_dict(ALLOW_ALL), store, cluster="loopback"),
+                      cluster="loopback", settings=WatchSettings(interval_s=0))
+    store.set_watch_cursor("loopback", b.now() - timedelta(minutes=10))
+    touched = watcher.poll_once()
+    assert len(touched) == 1
+    assert [j["metadata"]["name"] for j in lab.all("batch/v1", "Job")] == ["biencoder-idx", "biencoder-idx-r1"]
+    assert watcher.poll_once() == []
+    assert len(lab.all("batch/v1", "Job")) == 2
+
+
+def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "crashcart.agent.interfaces.cli", *args], cwd=cwd,
+                          capture_output=True, text=True, timeout=240)
+
+
+def test_watch_cluster_export_and_eval_end_to_end(lab, tmp_path):
+    oom_job(lab)
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text(yaml.safe_dump({
+        "name": "loopback", "backend": "kubernetes",
+        "kubernetes": {"connection": {"kubeconfig": str(lab.kubeconfig), "context": "loopback"}, "namespaces": ["train"]},
+        "guard": ALLOW_ALL}))
+    state = tmp_path / "state"
+    watched = _cli("watch", "--cluster", str(cluster), "--polls", "1", "--interval", "0", "--lookback-minutes", "10",
+                   "--state-dir", str(state), cwd=tmp_path)
+    assert watched.returncode == 0, watched.stdout + watched.stderr
+    incident = next(line.split()[0] for line in watched.stdout.splitlines() if line.startswith("inc-"))
+    assert "host_oom" in watched.stdout, watched.stdout
+    out = tmp_path / "exported.yaml"
+    exported = _cli("export", incident, "--out", str(out), "--state-dir", str(state), cwd=tmp_path)
+    assert exported.returncode == 0, exported.stderr
+    scenario = yaml.safe_load(out.read_text())
+    assert scenario["backend"] == "kubernetes"
+    job = next(j for j in scenario["cluster"]["jobs"] if j["id"] == "biencoder-idx-k2l9v")
+    assert (job["state"], job["reason"], job["exit_code"]) == ("Failed", "OOMKilled", "137")
+    result = _cli("eval", str(out), "--json", str(tmp_path / "eval.json"), cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert json.loads((tmp_path / "eval.json").read_text())["scenarios"][0]["passed"] is True

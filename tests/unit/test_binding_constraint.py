@@ -1,0 +1,86 @@
+"""Capacity answers name what binds, with arithmetic that holds up."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+from crashcart.agent.policies.capacity import demand_forecast
+from crashcart.agent.policies.constraint import binding_constraint, gpus_in, hourly_demand
+from crashcart.agent.policies.evidence import Evidence
+
+NOW = datetime(2026, 6, 10, 11, 0, tzinfo=timezone.utc)  # before the hours the jobs use: each hour occurs on 2 days
+
+
+def job(i, day, submit_h, start_h, end_h, gpus=8, **extra):
+    base = NOW.replace(hour=0) - timedelta(days=day)
+    row = {"job": str(i), "state": "COMPLETED", "gpus": gpus, "user": "u1",
+           "submit_time": base + timedelta(hours=submit_h), "start_time": base + timedelta(hours=start_h),
+           "end_time": base + timedelta(hours=end_h)}
+    row.update(extra)
+    return row
+
+
+def evidence(rows, nodes=4, gpus=8, text="why do our jobs wait every afternoon?", **limits):
+    ev = Evidence(now=NOW, trigger={"kind": "chat", "text": text})
+    ev.history_rows = rows
+    ev.nodes = {f"n{i}": {"node": f"n{i}", "state": "idle", "gpus": gpus} for i in range(nodes)}
+    ev.limits = limits
+    return ev
+
+
+def test_gpus_in_a_tres_limit():
+    assert gpus_in("cpu=512,gres/gpu=48") == 48
+    assert gpus_in("gres/gpu:h100=16") == 16
+    assert gpus_in("cpu=64") == 0 and gpus_in(None) == 0
+
+
+def test_hourly_demand_averages_each_hour_over_the_days_it_occurred():
+    # Two days, one 8-GPU job waiting 13:00-15:00 on each: 8 GPUs wait at 13 and 14 on average.
+    rows = [job(1, 1, 13, 15, 18), job(2, 2, 13, 15, 18)]
+    d = hourly_demand(rows, NOW)
+    assert d.waiting[13] == d.waiting[14] == 8.0
+    assert d.waiting[12] == d.waiting[15] == 0.0
+    assert d.running[16] == 8.0
+    assert d.window() == "13:00-15:00 UTC"
+
+
+def test_a_qos_cap_binds_while_gpus_are_free():
+    rows = [job(i * 10 + k, i, 13, 13, 17, qos="team-q") for i in (1, 2) for k in range(2)]
+    rows += [job(i * 10 + 5, i, 13, 16, 18, qos="team-q", reason="QOSGrpGRES") for i in (1, 2)]
+    answer, lines, chart = binding_constraint(evidence(rows, qos=[{"name": "team-q", "grp_tres": "gres/gpu=16"}]))
+    assert "QOS" in answer and "GrpTRES=gres/gpu=16" in answer
+    assert any("16 GPUs were free" in line for line in lines)  # 32 in service, 16 held
+    assert chart["capacity"] == 32 and chart["series"]["waiting"][14] == 8.0
+
+
+def test_a_full_cluster_is_capacity_not_a_limit():
+    rows = [job(i * 10 + k, i, 12, 12, 17) for i in (1, 2) for k in range(4)]  # 32 of 32 GPUs
+    rows += [job(i * 10 + 5, i, 13, 17, 19) for i in (1, 2)]
+    answer, _, _ = binding_constraint(evidence(rows, qos=[{"name": "normal"}]))
+    assert "every GPU is busy" in answer and "no scheduler limit binds" in answer
+
+
+def test_kueue_quota_and_autoscaler_and_fair_share_are_named():
+    rows = [job(1, 1, 9, 12, 14), job(2, 2, 9, 12, 14)]
+    cq = {"name": "cq-a", "flavor": "f", "resource": "nvidia.com/gpu", "nominal_quota": 8, "borrowing_limit": 0,
+          "reserved": 8, "pending_workloads": 3, "admitted_workloads": 1}
+    assert "ClusterQueue cq-a: 8 of 8" in binding_constraint(evidence(rows, cluster_queues=[cq]))[0]
+    scaler = {"node_types": [{"name": "gpu-g", "max_workers": 2, "running": 2, "resources": {"GPU": 4}}],
+              "demands": [{"resources": {"GPU": 4}, "count": 3, "kind": "tasks/actors"}]}
+    assert "gpu-g runs 2 of max_workers=2" in binding_constraint(evidence(rows, autoscaler=scaler))[0]
+    shares = [{"account": "bio", "user": None, "norm_shares": 0.1, "effectv_usage": 0.5, "fairshare": 0.02}]
+    answer = binding_constraint(evidence(rows, text="bio jobs always wait", shares=shares))[0]
+    assert "FairShare 0.02" in answer and "50%" in answer and "10% share" in answer
+
+
+def test_nothing_found_is_said_as_such():
+    rows = [job(1, 1, 9, 12, 14), job(2, 2, 9, 12, 14)]
+    answer = binding_constraint(evidence(rows))[0]
+    assert answer.startswith("could not tell what binds")
+
+
+def test_forecast_without_earlier_use_claims_no_trend():
+    ev = evidence([job(1, 3, 9, 9, 15), job(2, 2, 9, 9, 15)], text="how many GPUs next month?")
+    summary, lines = demand_forecast(ev)
+    assert "+0%" not in summary and "no trend" in summary
+    assert any("no use before, so no trend" in line for line in lines)

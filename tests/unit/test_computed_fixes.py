@@ -1,0 +1,180 @@
+"""Fixes computed from the evidence, and memory read from the numbers.
+
+A value the evidence does not hold is never guessed: the incident escalates with what was seen,
+and a resubmit whose changes come out empty is never sent.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from crashcart.agent.policies.computed import (
+    above_peak, gpus_per_node, half_precision, newest_complete_checkpoint, selector_as_idle_nodes_carry,
+)
+from crashcart.agent.policies.evidence import Evidence, JobFacts, TextDoc
+from crashcart.agent.policies.matching import match_label, steady_rise
+from crashcart.agent.policies.remedy import captured_values, compute_changes, plan_actions
+from crashcart.playbooks import load_playbooks
+
+T0 = datetime(2026, 5, 1, tzinfo=timezone.utc)
+OOM = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate {req}. GPU 0 has a total capacity of "
+       "79.10 GiB of which {free} is free. Including non-PyTorch memory, this process has 77.00 GiB memory in "
+       "use. Of the allocated memory 66.00 GiB is allocated by PyTorch, and {unalloc} is reserved by PyTorch "
+       "but unallocated. If reserved but unallocated memory is large try setting "
+       "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.")
+
+
+def _ev(log: str = "", config: dict | None = None, **facts) -> Evidence:
+    ev = Evidence(now=T0, trigger={"kind": "job_failed", "job": "j1"})
+    ev.docs = [TextDoc("log", "job:j1", log.splitlines(), "get_logs:j1")] if log else []
+    ev.configs = {"j1": config or {}}
+    ev.jobs = {"j1": JobFacts(job="j1", **{"state": "FAILED", **facts})}
+    return ev
+
+
+# --- memory from the numbers ---------------------------------------------------------------
+
+@pytest.mark.parametrize("req, free, unalloc, fragmented", [
+    ("5.00 GiB", "1.20 GiB", "7.50 GiB", True),     # 8.7 GiB on hand covers 5: the pieces are the problem
+    ("14.00 GiB", "1.31 GiB", "8.91 GiB", False),   # 10.2 GiB on hand is short of 14: the GPU is full
+    ("512.00 MiB", "100.00 MiB", "6.20 GiB", True),
+])
+def test_fragmentation_only_when_free_plus_unallocated_covers_the_request(req, free, unalloc, fragmented):
+    kb = load_playbooks()
+    ev = _ev(OOM.format(req=req, free=free, unalloc=unalloc))
+    assert (match_label(kb["cuda_fragmentation"], ev) is not None) is fragmented
+    assert match_label(kb["cuda_oom"], ev) is not None
+
+
+def test_a_noisy_climb_is_a_leak_and_a_sawtooth_is_not():
+    assert steady_rise([10, 12, 11.5, 14, 15, 14.6, 17, 18.2, 18, 21])
+    assert not steady_rise([10, 18, 10.5, 18.2, 10.1, 18.4, 10.3, 18.1])
+    assert not steady_rise([10, 9, 11])
+
+
+def _attempt(hours: float, start: datetime) -> dict:
+    return {"attempt": 1, "state": "FAILED", "start_time": start.isoformat(),
+            "end_time": (start + timedelta(hours=hours)).isoformat()}
+
+
+def test_ooms_hours_into_every_attempt_are_a_leak_and_early_ones_are_not():
+    kb = load_playbooks()
+    log = OOM.format(req="1.50 GiB", free="600.00 MiB", unalloc="800.00 MiB")
+    late = _ev(log, start_time=T0 - timedelta(hours=9), end_time=T0 - timedelta(minutes=5),
+               attempts=[_attempt(4.1, T0 - timedelta(hours=15))])
+    assert match_label(kb["memory_leak"], late) is not None
+    early = _ev(log, start_time=T0 - timedelta(minutes=20), end_time=T0 - timedelta(minutes=5),
+                attempts=[_attempt(0.2, T0 - timedelta(hours=2))])
+    assert match_label(kb["memory_leak"], early) is None
+
+
+# --- values computed from what the tools returned --------------------------------------------
+
+def test_processes_per_node_are_the_gpus_the_scheduler_gave_each_node():
+    assert gpus_per_node(_ev(nodes=["a", "b"], gpus=8), "j1", {}, None) == 4
+    assert gpus_per_node(_ev(nodes=["a", "b"], gpus=7), "j1", {}, None) is None  # uneven: cannot tell
+    assert gpus_per_node(_ev(nodes=[], gpus=8), "j1", {}, None) is None
+
+
+def test_the_peak_is_the_largest_reported_and_headroom_goes_above_it():
+    kb = load_playbooks()
+    log = "rss=20.1GiB peak_rss=25.0GiB\nrss=19.0GiB peak_rss=31.7GiB\nrss=22.2GiB peak_rss=31.7GiB\n"
+    ev = _ev(log, {"resources": {"limits": {"memory": "32Gi"}}}, state="OOMKilled")
+    match = match_label(kb["host_oom"], ev)
+    assert captured_values(match)["peak"] == "31.7GiB"
+    changes, _ = compute_changes(kb["host_oom"].label.remedy, ev, "j1", captured_values(match))
+    assert changes == {"resources.limits.memory": "40Gi"}  # 31.7 x 1.25 = 39.6, rounded up
+    assert above_peak(ev, "j1", {}, 1.25) is None
+
+
+def test_without_a_peak_the_limit_that_was_hit_doubles_and_a_lower_peak_never_lowers_it():
+    kb = load_playbooks()
+    remedy = kb["host_oom"].label.remedy
+    ev = _ev("", {"memory_limit_gi": 64})
+    assert compute_changes(remedy, ev, "j1", {})[0] == {"memory_limit_gi": 128}
+    assert compute_changes(remedy, ev, "j1", {"peak": "20 GiB"})[0] == {"memory_limit_gi": 128}
+
+
+@pytest.mark.parametrize("model, dtype", [
+    ("NVIDIA H100 80GB HBM3", "bf16"), ("NVIDIA A10G", "bf16"), ("Tesla V100-SXM2-32GB", "fp16"), (None, "fp16"),
+])
+def test_half_precision_is_bf16_only_where_every_gpu_computes_in_it(model, dtype):
+    ev = _ev(nodes=["n1"], gpus=8)
+    ev.nodes = {"n1": {"node": "n1", "gpu_model": model}}
+    assert half_precision(ev, "j1", {}, None) == dtype
+
+
+def test_the_newest_checkpoint_a_log_says_was_saved_whole_skips_the_broken_one():
+    log = "\n".join([
+        "[INFO] Saved checkpoint to /ckpt/run/step_1000",
+        "[INFO] Saved checkpoint to /ckpt/run/step_2000",
+        "[INFO] Saving checkpoint to /ckpt/run/step_3000",  # began, never finished
+        "_pickle.UnpicklingError: invalid load key, '\\x00' while loading /ckpt/run/step_2000/model.pt",
+    ])
+    assert newest_complete_checkpoint(_ev(log), "j1", {}, None) == "/ckpt/run/step_1000"
+    assert newest_complete_checkpoint(_ev("nothing saved"), "j1", {}, None) is None
+
+
+# --- an empty resubmit is never sent -----------------------------------------------------------
+
+def test_a_fix_with_no_key_to_change_escalates_instead_of_resubmitting_unchanged():
+    kb = load_playbooks()
+    log = OOM.format(req="20.00 GiB", free="1.00 GiB", unalloc="500.00 MiB")
+    ev = _ev(log, {"model": "x"}, nodes=["n1"], gpus=8)  # the config has no batch key to lower
+    match = match_label(kb["cuda_oom"], ev)
+    calls = plan_actions(match, "resubmit_with_changes", ev, None, "s", ["e"])
+    assert [c.tool for c in calls] == ["escalate"]
+    assert calls[0].args["team"] == "user"
+
+
+# --- a node selector corrected to what idle nodes carry ----------------------------------------
+
+def _selector_ev(selector: dict) -> Evidence:
+    ev = _ev(config={"nodeSelector": selector})
+    ev.nodes = {
+        "g1": {"node": "g1", "state": "idle", "gpus": 8, "labels": {"pool": "gpu-h100-on-demand"}},
+        "g2": {"node": "g2", "state": "mixed", "gpus": 4, "labels": {"pool": "gpu-a10g-spot"}},
+        "g3": {"node": "g3", "state": "drained", "gpus": 8, "labels": {"pool": "gpu-h100-ondemand-old"}},
+    }
+    return ev
+
+
+def test_a_misspelt_selector_value_becomes_the_one_idle_gpu_nodes_carry():
+    ev = _selector_ev({"pool": "gpu-h100-ondemand", "zone": "a"})
+    assert selector_as_idle_nodes_carry(ev, "j1", {}, None) is None  # "zone" is carried by no node
+    ev = _selector_ev({"pool": "gpu-h100-ondemand"})
+    assert selector_as_idle_nodes_carry(ev, "j1", {}, None) == {"pool": "gpu-h100-on-demand"}
+
+
+def test_another_pool_or_product_is_the_owners_choice_not_a_typo():
+    assert selector_as_idle_nodes_carry(_selector_ev({"pool": "gpu-b200-reserved"}), "j1", {}, None) is None
+
+
+# --- a time limit clamped to the partition's MaxTime -------------------------------------------
+
+@pytest.mark.parametrize("reason, max_time, expected", [
+    ("PartitionTimeLimit", "2-00:00:00", 172800), ("PartitionTimeLimit", "UNLIMITED", None),
+    ("PartitionNodeLimit", "2-00:00:00", None), ("PartitionTimeLimit", None, None),
+])
+def test_the_time_limit_comes_from_the_partitions_maxtime_only_when_that_is_what_binds(reason, max_time, expected):
+    from crashcart.agent.policies.computed import partition_max_time
+
+    ev = _ev(partition="a100", reason=reason, state="PENDING")
+    ev.partitions = {"a100": {"partition": "a100", "max_time": max_time}}
+    assert partition_max_time(ev, "j1", {}, None) == expected
+
+
+def test_the_whole_checkpoints_step_is_put_in_the_jobs_own_resume_path():
+    log = "\n".join([
+        "[INFO|trainer.py:3812] Saving model checkpoint to /out/run7/checkpoint-5500",
+        "[INFO|modeling_utils.py:3042] Model weights saved in /out/run7/checkpoint-5500/model.safetensors",
+        "[INFO|trainer.py:3812] Saving model checkpoint to /out/run7/checkpoint-6000",
+        "slurmstepd: error: *** JOB 51123 ON gpu-c12 CANCELLED AT 2026-05-01T03:11:09 DUE TO NODE FAILURE ***",
+        "safetensors_rust.SafetensorError: Error while deserializing header: MetadataIncompleteBuffer",
+    ])
+    ev = _ev(log, {"resume_from_checkpoint": "/out/run7/checkpoint-6000"})
+    assert newest_complete_checkpoint(ev, "j1", {}, None) == "/out/run7/checkpoint-5500"
+    padded = _ev("Saved checkpoint to /ckpt/gpt/iter_0003500/model_optim_rng.pt", {"load": "/ckpt/gpt/iter_0004000"})
+    assert newest_complete_checkpoint(padded, "j1", {}, None) == "/ckpt/gpt/iter_0003500"

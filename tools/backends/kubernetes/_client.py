@@ -1,0 +1,253 @@
+"""The official client, built lazily from the settings, answering with the API's own JSON.
+
+Responses are read raw (`_preload_content=False`): the objects stay exactly as the API
+server sent them (a resubmit re-creates a workload from its own manifest, nothing the
+client's models dropped or renamed), and a 10,000-pod list is not turned into 10,000
+model objects per poll. Errors become ToolErrors that quote the server's Status message.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from crashcart.tools._spec import ToolError
+from crashcart.tools.backends.kubernetes._config import KubernetesSettings
+
+
+@dataclass(frozen=True)
+class Kind:
+    """A resource the backend reads: where it lives in the API."""
+
+    group: str
+    version: str
+    plural: str
+    kind: str
+    namespaced: bool = True
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+
+POD = Kind("", "v1", "pods", "Pod")
+NODE = Kind("", "v1", "nodes", "Node", namespaced=False)
+EVENT = Kind("", "v1", "events", "Event")
+JOB = Kind("batch", "v1", "jobs", "Job")
+PDB = Kind("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget")
+WORKLOADS = {
+    # The training operators' objects, read where their CRDs are installed.
+    "pytorchjob": Kind("kubeflow.org", "v1", "pytorchjobs", "PyTorchJob"),
+    "mpijob": Kind("kubeflow.org", "v2beta1", "mpijobs", "MPIJob"),
+    "rayjob": Kind("ray.io", "v1", "rayjobs", "RayJob"),
+    "raycluster": Kind("ray.io", "v1", "rayclusters", "RayCluster"),
+    "jobset": Kind("jobset.x-k8s.io", "v1alpha2", "jobsets", "JobSet"),
+    "vcjob": Kind("batch.volcano.sh", "v1alpha1", "jobs", "Job"),
+    "workload": Kind("kueue.x-k8s.io", "v1beta1", "workloads", "Workload"),
+    "clusterqueue": Kind("kueue.x-k8s.io", "v1beta1", "clusterqueues", "ClusterQueue", namespaced=False),
+}
+BY_KIND = {(k.api_version, k.kind): k for k in [POD, NODE, EVENT, JOB, PDB, *WORKLOADS.values()]}
+
+
+class NotFound(ToolError):
+    pass
+
+
+class Absent(ToolError):
+    """The resource type itself is not served (a CRD that is not installed)."""
+
+
+class TooManyRequests(ToolError):
+    pass
+
+
+def _status_message(e: Any) -> tuple[int, str, str]:
+    code = int(getattr(e, "status", 0) or 0)
+    body = getattr(e, "body", None) or getattr(e, "data", None) or b""
+    try:
+        data = json.loads(body)
+        causes = [c.get("message") for c in (data.get("details") or {}).get("causes") or [] if c.get("message")]
+        return code, data.get("reason") or "", " ".join([data.get("message") or str(body)[:300], *causes])
+    except (ValueError, TypeError):
+        return code, getattr(e, "reason", "") or "", (body.decode(errors="replace") if isinstance(body, bytes) else str(body))[:300]
+
+
+class Api:
+    def __init__(self, settings: KubernetesSettings, api_client: Any = None):
+        self.settings = settings
+        self._client = api_client
+        self.absent: set[str] = set()
+        """Resource types found not served, so a poll does not ask again."""
+
+    @property
+    def client(self) -> Any:
+        if self._client is None:
+            self._client = self._connect()
+        return self._client
+
+    def _connect(self) -> Any:
+        try:
+            from kubernetes import client, config
+        except ImportError:
+            raise ToolError("the kubernetes backend needs the official client: pip install 'crashcart[kubernetes]'") from None
+        c = self.settings.connection
+        try:
+            if c.method == "in_cluster":
+                config.load_incluster_config()
+                return client.ApiClient()
+            cfg = client.Configuration()
+            config.load_kube_config(config_file=c.kubeconfig, context=c.context, client_configuration=cfg)
+            return client.ApiClient(cfg)
+        except config.ConfigException as e:
+            where = "in-cluster service account" if c.method == "in_cluster" else f"kubeconfig {c.kubeconfig or '(default)'}"
+            raise ToolError(f"cannot load Kubernetes credentials from the {where}: {e}") from None
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+    # --- the one request path --------------------------------------------------------
+
+    def call(self, method: str, path: str, query: dict[str, Any] | None = None, body: Any = None,
+             content_type: str | None = None, what: str = "", stream: bool = False) -> Any:
+        """One request through the client's own call_api (auth, TLS, timeouts as configured)."""
+        from kubernetes.client.rest import ApiException
+
+        params = [(k, v) for k, v in (query or {}).items() if v is not None]
+        headers = {"Accept": "application/json, */*"}
+        if content_type:
+            headers["Content-Type"] = content_type
+        elif body is not None:
+            headers["Content-Type"] = "application/json"
+        try:
+            _, url, hdrs, req_body, _ = self.client.param_serialize(
+                method=method, resource_path=path, query_params=params, header_params=headers, body=body,
+                auth_settings=["BearerToken"])
+            timeout = None if stream else self.settings.connection.request_timeout
+            resp = self.client.call_api(method, url, header_params=hdrs, body=req_body, _request_timeout=timeout)
+            if not stream:
+                resp.read()
+        except ApiException as e:
+            self._raise(e, what or f"{method} {path}")
+        except Exception as e:  # urllib3's connection and protocol errors
+            if type(e).__module__.split(".")[0] not in ("urllib3", "socket", "ssl", "http") and not isinstance(e, OSError):
+                raise
+            raise ToolError(f"the Kubernetes API server cannot be reached for {what or path}: {e}") from None
+        if resp.status >= 400:
+            e = ApiException(status=resp.status, reason=resp.reason)
+            e.body = resp.data
+            self._raise(e, what or f"{method} {path}")
+        if stream:
+            return resp.response
+        data = resp.data
+        if (resp.getheader("content-type") or "").startswith("application/json"):
+            return json.loads(data) if data else None
+        return data.decode(errors="replace") if isinstance(data, bytes) else data
+
+    @staticmethod
+    def _raise(e: Any, what: str):
+        code, reason, message = _status_message(e)
+        if code == 0:
+            raise ToolError(f"the Kubernetes API server cannot be reached for {what}: {reason or message}") from None
+        if code == 404:
+            if "could not find the requested resource" in message:
+                raise Absent(f"{what}: the API server does not serve this resource type ({message})") from None
+            raise NotFound(f"{what}: {message}") from None
+        if code == 429:
+            raise TooManyRequests(f"{what}: {message}") from None
+        if code in (401, 403):
+            raise ToolError(f"{what}: the API server refused crashcart's credentials ({code} {reason}: {message}); "
+                            "check the RBAC in deploy/kubernetes/") from None
+        raise ToolError(f"{what}: the API server answered {code} {reason}: {message}") from None
+
+    # --- paths -------------------------------------------------------------------------
+
+    @staticmethod
+    def path(kind: Kind, namespace: str | None = None, name: str | None = None, sub: str | None = None) -> str:
+        base = f"/apis/{kind.group}/{kind.version}" if kind.group else "/api/v1"
+        if kind.namespaced and namespace:
+            base += f"/namespaces/{namespace}"
+        base += f"/{kind.plural}"
+        if name:
+            base += f"/{name}"
+        if sub:
+            base += f"/{sub}"
+        return base
+
+    # --- verbs -------------------------------------------------------------------------
+
+    def list(self, kind: Kind, namespace: str | None = None, labels: str | None = None,
+             fields: str | None = None) -> tuple[list[dict[str, Any]], str]:
+        """Items and the list's resourceVersion. Several configured namespaces: one list each."""
+        spaces = [namespace] if namespace or not kind.namespaced else (self.settings.namespaces or [None])
+        items: list[dict[str, Any]] = []
+        rv = ""
+        for ns in spaces:
+            data = self.call("GET", self.path(kind, ns), {"labelSelector": labels, "fieldSelector": fields},
+                             what=f"list {kind.plural}" + (f" in namespace {ns}" if ns else ""))
+            for item in data.get("items") or []:
+                item.setdefault("kind", kind.kind)
+                item.setdefault("apiVersion", kind.api_version)
+                items.append(item)
+            rv = (data.get("metadata") or {}).get("resourceVersion") or rv
+        return items, rv
+
+    def list_if_served(self, kind: Kind, namespace: str | None = None, labels: str | None = None) -> list[dict[str, Any]]:
+        """A training operator's objects, or nothing when its CRD is not installed."""
+        if kind.plural + "." + kind.group in self.absent:
+            return []
+        try:
+            return self.list(kind, namespace, labels)[0]
+        except Absent:
+            self.absent.add(kind.plural + "." + kind.group)
+            return []
+
+    def get(self, kind: Kind, namespace: str | None, name: str) -> dict[str, Any]:
+        obj = self.call("GET", self.path(kind, namespace, name), what=f"get {kind.kind.lower()} {name}")
+        obj.setdefault("kind", kind.kind)
+        obj.setdefault("apiVersion", kind.api_version)
+        return obj
+
+    def create(self, kind: Kind, namespace: str | None, body: dict[str, Any]) -> dict[str, Any]:
+        return self.call("POST", self.path(kind, namespace), body=body, what=f"create {kind.kind.lower()}")
+
+    def patch(self, kind: Kind, namespace: str | None, name: str, body: dict[str, Any]) -> dict[str, Any]:
+        # A merge patch, named: the client's default content type for a patch is a JSON patch,
+        # which the API server refuses for a mapping body.
+        return self.call("PATCH", self.path(kind, namespace, name), body=body,
+                         content_type="application/merge-patch+json", what=f"patch {kind.kind.lower()} {name}")
+
+    def delete(self, kind: Kind, namespace: str | None, name: str, propagation: str) -> dict[str, Any]:
+        body = {"apiVersion": "v1", "kind": "DeleteOptions", "propagationPolicy": propagation}
+        return self.call("DELETE", self.path(kind, namespace, name), body=body,
+                         what=f"delete {kind.kind.lower()} {name}")
+
+    def evict(self, namespace: str, name: str) -> None:
+        body = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": name, "namespace": namespace}}
+        self.call("POST", self.path(POD, namespace, name, "eviction"), body=body, what=f"evict pod {namespace}/{name}")
+
+    def log(self, namespace: str, pod: str, container: str | None, previous: bool = False,
+            tail: int | None = None, since_seconds: int | None = None) -> str:
+        query = {"container": container, "previous": "true" if previous else None,
+                 "tailLines": tail, "sinceSeconds": since_seconds}
+        return self.call("GET", self.path(POD, namespace, pod, "log"), query,
+                         what=f"logs of pod {namespace}/{pod}" + (" (previous container)" if previous else ""))
+
+    def watch(self, kind: Kind, namespace: str | None, resource_version: str, seconds: int) -> Iterator[dict[str, Any]]:
+        """Events after `resource_version` for `seconds` (bookmarks included), as the API sent them.
+        A 410 Expired arrives as an ERROR event; the caller relists."""
+        query = {"watch": "true", "resourceVersion": resource_version, "allowWatchBookmarks": "true",
+                 "timeoutSeconds": seconds}
+        resp = self.call("GET", self.path(kind, namespace), query, what=f"watch {kind.plural}", stream=True)
+        try:
+            from kubernetes.watch.watch import iter_resp_lines
+
+            for line in iter_resp_lines(resp):
+                if line.strip():
+                    yield json.loads(line)
+        finally:
+            resp.close()
+            resp.release_conn()
