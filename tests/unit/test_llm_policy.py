@@ -25,7 +25,7 @@ from helpers import GOOD_SCENARIO
 OOM_LINE = ("[rank2]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 3.50 GiB. GPU 2 has a total "
             "capacity of 79.15 GiB of which 1.91 GiB is free. Including non-PyTorch memory, this process has "
             "77.20 GiB memory in use.")
-READS = [("sacct", {"job": "90210"}), ("get_logs", {"job": "90210"})]
+READS = [("sacct", {"job": "90210"}), ("get_logs", {"job": "90210"}), ("job_config", {"job": "90210"})]
 
 
 def conclusion(**over):
@@ -78,7 +78,7 @@ def test_a_scripted_model_investigates_concludes_and_its_plan_goes_through_the_g
     state = r.state
     assert state["diagnosis"]["label"] == "cuda_oom" and state["diagnosis"]["decided_by"] == "llm:test:scripted"
     assert decisions(state) == [("resubmit", "90210", "allow")]
-    assert [o["tool"] for o in state["observations"]] == ["sacct", "get_logs"]
+    assert [o["tool"] for o in state["observations"]] == ["sacct", "get_logs", "job_config"]
     # The runbook answer was data the model got, with the playbooks' own verdict in it.
     runbook = model.requests[2]["messages"][-1]["content"]
     assert '"label":"cuda_oom"' in runbook and runbook.startswith("<tool_result")

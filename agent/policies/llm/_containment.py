@@ -47,7 +47,19 @@ def load_limits() -> Limits:
 
 
 def playbook_keys(kb: KnowledgeBase) -> set[str]:
-    return {key for entry in kb for key in entry.label.remedy.changes}
+    """The config keys the playbooks' remedies change: a remedy names a setting (every key jobs
+    use for it, from playbooks/settings/config_keys.yaml) or one literal key (an env var)."""
+    from crashcart.agent.policies.config_keys import load_key_table
+
+    table = load_key_table()
+    keys: set[str] = set()
+    for entry in kb:
+        for name in entry.label.remedy.changes:
+            setting = table.settings.get(name)
+            keys |= {k.key for k in setting.keys} if setting else {name}
+            if setting and setting.add:
+                keys.add(setting.add)
+    return keys
 
 
 def observed_entities(ev: Evidence) -> tuple[set[str], set[str]]:
