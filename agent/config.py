@@ -33,6 +33,14 @@ kubernetes:
 guard: guard.yaml                 # a path (relative to this file) or the policy inline
 ```
 
+or, for Ray (tools/backends/ray/_config.py: RaySettings):
+
+```yaml
+name: ray-prod
+backend: ray
+ray: {dashboard: "http://ray-head:8265", gcs: "ray-head:6379"}
+```
+
 Strict like every crashcart file: an unknown key is an error naming the file and the
 field. Secrets are never in the file: a passphrase or password is named by the
 environment variable or file that holds it and read only when a connection is made.
@@ -47,6 +55,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from crashcart.agent.guard import GuardPolicy, PolicyError, load_policy, policy_from_dict
 from crashcart.tools.backends.kubernetes._config import KubernetesSettings
+from crashcart.tools.backends.ray._config import RaySettings
 from crashcart.tools.backends.slurm import SlurmBackend, SlurmSettings
 from crashcart.tools.yamlio import DataFileError, FileError, describe_validation_error, read_yaml_file
 
@@ -59,9 +68,10 @@ class ClusterConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: str
-    backend: Literal["slurm", "kubernetes"]
+    backend: Literal["slurm", "kubernetes", "ray"]
     slurm: SlurmSettings = SlurmSettings()
     kubernetes: KubernetesSettings = KubernetesSettings()
+    ray: RaySettings = RaySettings()
     llm: dict[str, Any] | None = None
     """The model for `--policy llm|auto` (agent/policies/llm/_settings.py: LLMSettings): model,
     base_url, api_key_env or api_key_file (never the key itself), budget, retry."""
@@ -88,10 +98,17 @@ def _kubernetes(config: ClusterConfig, _transport=None):
     return KubernetesBackend(config.kubernetes)
 
 
+def _ray(config: ClusterConfig, _transport=None):
+    from crashcart.tools.backends.ray import RayBackend  # Ray's client loads on first use
+
+    return RayBackend(config.ray)
+
+
 # backend: -> how a cluster config makes it (one line each).
 _BACKENDS = {
     "slurm": lambda config, transport: SlurmBackend(config.slurm, transport=transport),
     "kubernetes": _kubernetes,
+    "ray": _ray,
 }
 
 

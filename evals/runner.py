@@ -205,8 +205,17 @@ def _run_concurrently(files: list[Path], policy_name: str, model: Any, concurren
 def _workers(n_files: int, requested: int | None) -> int:
     if requested is not None:
         return max(1, requested)
-    # Scenarios are independent; a process per core (forked, so nothing is imported twice).
-    return 1 if n_files < 16 or "fork" not in mp.get_all_start_methods() else min(os.cpu_count() or 1, 4)
+    # Scenarios are independent; a process per core.
+    return 1 if n_files < 16 or "forkserver" not in mp.get_all_start_methods() else min(os.cpu_count() or 1, 4)
+
+
+def _pool_context():
+    """Workers forked from a clean server process that has imported the runner once: as fast as a
+    plain fork, but never a copy of a caller that holds threads or open databases (a plain fork of
+    a long-lived process, a test session for one, crashed its workers with a segfault)."""
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload([__name__])
+    return ctx
 
 
 def run_suite(paths: list[str] | None = None, policy_name: str = "playbook",
@@ -228,7 +237,7 @@ def run_suite(paths: list[str] | None = None, policy_name: str = "playbook",
     if n == 1:
         outcomes = [_run_chunk(files, policy_name)]
     else:
-        with ProcessPoolExecutor(n, mp_context=mp.get_context("fork")) as pool:
+        with ProcessPoolExecutor(n, mp_context=_pool_context()) as pool:
             futures = [pool.submit(_run_chunk, c, policy_name) for c in chunks]
             outcomes = []
             for f in as_completed(futures):

@@ -182,6 +182,8 @@ ComputedValue = Literal[
     "newest_complete_checkpoint",  # the newest checkpoint saved whole, before a corrupt latest
     "selector_as_idle_nodes_carry",  # a node selector's misspelt value, as idle GPU nodes carry it
     "partition_max_time",  # the MaxTime of the partition a job pends in for asking more (PartitionTimeLimit)
+    "cpus_left_for_gpu_actors",  # Ray's CPU total less what the waiting GPU actors need
+    "path_on_roomiest_disk",  # a spill/scratch path moved to the node's large empty local disk (df)
 ]
 
 
@@ -198,6 +200,9 @@ class Change(Strict):
     """A value computed from what the tools returned; when it cannot be, nothing is guessed."""
     margin: float | None = None
     """compute: above_peak: how far above the peak (1.25 = 25 % headroom)."""
+    along_with: str | None = None
+    """Made only together with this other change of the remedy (more gradient accumulation only
+    keeps the global batch when the per-GPU batch came down; alone it is no fix)."""
     previous_checkpoint: bool = False
     """The path of the checkpoint before the latest one (the latest is suspect)."""
     capture: str | None = None
@@ -277,6 +282,8 @@ class Label(Strict):
         # or it silently falls back to its arithmetic forever.
         groups = {g for s in self.signals if s.pattern for g in re.compile(s.pattern).groupindex}
         for key, change in self.remedy.changes.items():
+            if change.along_with and change.along_with not in self.remedy.changes:
+                raise ValueError(f"remedy change {key!r} goes along with {change.along_with!r}, which the remedy does not change")
             if change.capture and change.capture not in groups:
                 raise ValueError(f"remedy change {key!r} captures {change.capture!r}, "
                                  f"which no signal pattern names (groups: {sorted(groups) or 'none'})")

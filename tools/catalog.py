@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from crashcart.tools.diskfree import Mount
 from crashcart.tools._spec import ToolInput, WriteInput, tool
 from crashcart.tools.cluster import (
     Association, Autoscaler, Checkpoint, ClusterQueue, Event, FairShareRow, GpuSample, JobPriority, ProgressPoint,
@@ -174,6 +175,11 @@ class LogOutput(TextOutput):
 class NodeLogOutput(TextOutput):
     node: str
     total_lines: int = 0
+
+
+class DiskOutput(TextOutput):
+    node: str
+    mounts: list[Mount] = []
 
 
 class JobRow(BaseModel):
@@ -351,6 +357,11 @@ kernel_log = tool(
     "kernel_log", input=NodeLogInput, output=NodeLogOutput,
     description="""The node's kernel log (dmesg): NVRM Xid errors, ECC, NVLink, PCIe AER, the OOM
     killer, InfiniBand port changes, hung tasks. Narrow it with tail, grep and since.""",
+)
+disk_usage = tool(
+    "disk_usage", input=NodeInput, output=DiskOutput,
+    description="""df -hP on a node: each filesystem's size, free space and mount point. Shows which
+    disk a job filled (a small root disk, /tmp) and which large local disk sits empty.""",
 )
 list_jobs = tool(
     "list_jobs", input=ListJobsInput, output=JobsOutput,

@@ -75,6 +75,8 @@ class Node(Strict):
     gpu_telemetry: list[GpuSample] = Field(default_factory=list)
     reason: str | None = None
     """Why the node is in its state (Slurm's drain reason, a NotReady condition)."""
+    df: str | None = None
+    """`df -hP` on the node, as it printed it (which disks are full, which are empty)."""
 
 
 class Checkpoint(Strict):

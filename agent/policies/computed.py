@@ -64,7 +64,7 @@ def newest_complete_checkpoint(ev: Evidence, job: str, captures: dict[str, str],
     ordered = sorted(checkpoints, key=lambda c: c.step)
     if len(ordered) >= 2 and ordered[-2].path:
         return ordered[-2].path
-    logs = [d for d in ev.docs if d.source == "log" and d.entity == f"job:{job}"]
+    logs = [d for d in ev.docs if d.source in {"log", "attempt_log"} and d.entity == f"job:{job}"]
     broken = {m.group("path").rstrip(".:") for d in logs for line in d.lines if _BROKEN.search(line)
               for m in re.finditer(r"(?P<path>/[^\s'\",]+)", line)}
     saved = [m.group("path").rstrip(".:") for d in logs for line in d.lines if not _BROKEN.search(line)
@@ -131,13 +131,81 @@ def selector_as_idle_nodes_carry(ev: Evidence, job: str, captures: dict[str, str
 
 
 def partition_max_time(ev: Evidence, job: str, captures: dict[str, str], margin: float | None) -> Any:
-    """The partition's MaxTime, for a job that pends because it asked for more (PartitionTimeLimit):
-    a job that checkpoints resumes across runs of the longest time the partition allows."""
+    """The partition's MaxTime, for a job that pends because it asked for more (PartitionTimeLimit)
+    and that checkpoints, so it resumes across runs of the longest time the partition allows."""
     facts = ev.jobs.get(job)
     if not facts or not facts.partition or "timelimit" not in (facts.reason or "").lower().replace("_", ""):
         return None
+    # Only a job that checkpoints gets shorter runs: anything else would lose its work at MaxTime.
+    config = ev.configs.get(job, {})
+    if not any(_config_value(config, k.key) not in (None, False, 0, "", "no", "false")
+               for k in load_key_table().settings["checkpointing"].keys):
+        return None
     limit = (ev.partitions.get(facts.partition) or {}).get("max_time")
     return parse_duration(limit, "slurm_time") if limit and str(limit).upper() != "UNLIMITED" else None
+
+
+def cpus_left_for_gpu_actors(ev: Evidence, job: str, captures: dict[str, str], margin: float | None) -> Any:
+    """The CPU stages' concurrency that leaves every GPU its actor's CPUs: the cluster's CPUs (Ray
+    Data's accounting line) less one actor per GPU times the CPUs each asks for (the autoscaler's
+    pending bundle). None when the accounting is missing or the stage is already below that."""
+    try:
+        total, gpus = float(captures["cpus_total"]), float(captures["gpus_total"])
+        each = float(captures.get("cpu_each") or 1)
+    except (KeyError, ValueError):
+        return None
+    left = int(total - gpus * each)
+    config = ev.configs.get(job, {})
+    current = next((v for k in load_key_table().settings["ray_data_cpu_stage_concurrency"].keys
+                    if isinstance(v := _config_value(config, k.key), (int, float)) and not isinstance(v, bool)), None)
+    return left if left >= 1 and (current is None or left < current) else None
+
+
+def path_on_roomiest_disk(ev: Evidence, job: str, captures: dict[str, str], margin: float | None) -> Any:
+    """The job's spill/scratch path moved to the node's largest empty local disk (df): the same
+    relative path under that disk's mount point. None unless that disk has several times the free
+    space of the one the path is on now (a network filesystem or tmpfs never counts)."""
+    facts = ev.jobs.get(job)
+    config = ev.configs.get(job, {})
+    current = next((v for k in load_key_table().settings["spill_directory"].keys
+                    if isinstance(v := _config_value(config, k.key), str) and v.startswith("/")), None)
+    if not facts or not current:
+        return None
+    best: tuple[float, str, str] | None = None
+    for node in facts.nodes:
+        mounts = [m for m in ev.disks.get(node) or [] if _local_disk(m)]
+        if not mounts:
+            return None  # a node whose disks were not seen: no guess
+        holding = max((m for m in mounts if _under(current, m["mounted_on"])), key=lambda m: len(m["mounted_on"]), default=None)
+        roomiest = max(mounts, key=lambda m: m["avail_bytes"])
+        if holding is None or roomiest["mounted_on"] == holding["mounted_on"]:
+            return None
+        if roomiest["avail_bytes"] < ROOMIER * max(holding["avail_bytes"], 1):
+            return None
+        candidate = (roomiest["avail_bytes"], roomiest["mounted_on"], holding["mounted_on"])
+        if best is not None and candidate[1] != best[1]:
+            return None  # the nodes disagree on where the room is: not one path for all
+        best = candidate
+    if best is None:
+        return None
+    _, target, old_mount = best
+    relative = current[len(old_mount):].lstrip("/") if old_mount != "/" else current.lstrip("/")
+    return f"{target.rstrip('/')}/{relative}"
+
+
+# How much more free space a disk needs to be worth moving a path to.
+ROOMIER = 4
+# RAM-backed and network filesystems are not a disk to spill to (a container's overlay is the
+# node's own root disk, so it counts).
+_NOT_LOCAL = re.compile(r"^(tmpfs|devtmpfs|shm|none|udev)$|:|^//", re.I)
+
+
+def _local_disk(mount: dict[str, Any]) -> bool:
+    return not _NOT_LOCAL.search(str(mount.get("filesystem", ""))) and not str(mount.get("mounted_on", "")).startswith(("/dev", "/sys", "/proc", "/run", "/boot"))
+
+
+def _under(path: str, mount: str) -> bool:
+    return mount == "/" or path == mount or path.startswith(mount.rstrip("/") + "/")
 
 
 COMPUTE: dict[str, Callable[[Evidence, str, dict[str, str], float | None], Any]] = {
@@ -147,4 +215,6 @@ COMPUTE: dict[str, Callable[[Evidence, str, dict[str, str], float | None], Any]]
     "newest_complete_checkpoint": newest_complete_checkpoint,
     "selector_as_idle_nodes_carry": selector_as_idle_nodes_carry,
     "partition_max_time": partition_max_time,
+    "cpus_left_for_gpu_actors": cpus_left_for_gpu_actors,
+    "path_on_roomiest_disk": path_on_roomiest_disk,
 }

@@ -88,6 +88,8 @@ class Evidence:
     history_rows: list[dict[str, Any]] = field(default_factory=list)
     partitions: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Slurm partitions' configured limits (partition_info), by name."""
+    disks: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    """Each node's filesystems (disk_usage: df), by node."""
     limits: dict[str, Any] = field(default_factory=dict)
     """The scheduler's limits as read (qos, associations, shares, cluster_queues, autoscaler)."""
 
@@ -249,7 +251,12 @@ def build_evidence(observations: list[dict[str, Any]], trigger: dict[str, Any], 
         label = f"{tool}:{args.get('job') or args.get('node') or args.get('name') or args.get('object') or 'cluster'}"
         if tool == "get_logs":
             lines = obs["text"].splitlines()
-            ev.docs.append(TextDoc("log", f"job:{args['job']}", lines, label, _last_stamp(lines, now)))
+            if args.get("attempt"):
+                # An earlier attempt's log is history: read for what it finished (its saves), never
+                # matched as the cause of the failure at hand, nor as a sign the job is quiet now.
+                ev.docs.append(TextDoc("attempt_log", f"job:{args['job']}", lines, label))
+            else:
+                ev.docs.append(TextDoc("log", f"job:{args['job']}", lines, label, _last_stamp(lines, now)))
         elif tool == "kernel_log":
             ev.docs.append(TextDoc("kernel_log", f"node:{args['node']}", obs["text"].splitlines(), label))
         elif tool == "kubectl_describe":
@@ -286,6 +293,8 @@ def build_evidence(observations: list[dict[str, Any]], trigger: dict[str, Any], 
             )
         elif tool == "job_config":
             ev.configs[args["job"]] = data.get("config") or {}
+        elif tool == "disk_usage":
+            ev.disks[args["node"]] = data.get("mounts") or []
         elif tool == "partition_info":
             ev.partitions[data.get("partition") or args["partition"]] = data
         elif tool in LIMIT_TOOLS:

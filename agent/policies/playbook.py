@@ -27,6 +27,7 @@ from crashcart.tools._spec import REGISTRY, ToolCall
 
 MAX_NODES_PER_STEP = 16
 MAX_PEER_JOBS = 6
+MAX_ATTEMPT_LOGS = 2
 SUSPICIOUS = re.compile(
     r"\b(\w*error|\w*exception|traceback|fatal|failed|killed|abort|timed? ?out|panic|segfault|nan\b|oom)",
     re.I,
@@ -185,6 +186,10 @@ class PlaybookPolicy:
             calls += [self._node_listing(backend, {"node": n}) for n in ev.relevant_nodes()[:MAX_NODES_PER_STEP]]
         if any(c.previous_checkpoint or c.compute == "newest_complete_checkpoint" for c in remedy.changes.values()):
             calls += [ToolCall(tool="training_progress", args={"job": j}) for j in jobs]
+            # Earlier attempts' logs say which saves finished (the latest attempt's may not).
+            calls += [ToolCall(tool="get_logs", args={"job": j, "attempt": a["attempt"]})
+                      for j in jobs if j in ev.jobs for a in ev.jobs[j].attempts[-MAX_ATTEMPT_LOGS:]
+                      if a.get("attempt")]
         return calls
 
     def _sweep(self, ev: Evidence, backend: str) -> list[ToolCall]:

@@ -38,6 +38,7 @@ def compute_changes(remedy: Remedy, ev: Evidence, job: str,
     table = load_key_table()
     changes: dict[str, Any] = {}
     notes: list[str] = []
+    changed_by: dict[str, list[str]] = {}
     for name, rule in remedy.changes.items():
         setting = table.settings.get(name)
         if setting is None:
@@ -63,6 +64,11 @@ def compute_changes(remedy: Remedy, ev: Evidence, job: str,
                 notes.append(f"cannot compute {key.key} (current value {current!r})")
             elif not _same(value, current):
                 changes[key.key] = value
+                changed_by.setdefault(name, []).append(key.key)
+    for name, rule in remedy.changes.items():
+        if rule.along_with and rule.along_with not in changed_by:
+            for key in changed_by.get(name, []):
+                changes.pop(key, None)
     return changes, notes
 
 
@@ -135,6 +141,12 @@ def fallback_team(team: str | None) -> str:
     return team if team and f"escalate_{team}" in ESCALATION_TEAM else "user"
 
 
+def _is_queued(ev: Evidence, job: str) -> bool:
+    """Still waiting to start: a changed copy replaces it, or the old one would start too."""
+    facts = ev.jobs.get(job)
+    return bool(facts and facts.state.upper() == "PENDING")
+
+
 def _is_running(ev: Evidence, job: str) -> bool:
     facts = ev.jobs.get(job)
     return bool(facts and facts.state.upper() in RUNNING_STATES)
@@ -155,7 +167,7 @@ def plan_actions(match: LabelMatch | None, remedy_kind: str, ev: Evidence, root_
 
     def resubmit(j: str, changes: dict[str, Any] | None = None, exclude: list[str] | None = None) -> None:
         evicted = exclude and backend != "slurm"
-        if _is_running(ev, j) and not evicted:
+        if (_is_running(ev, j) or _is_queued(ev, j)) and not evicted:
             # Two copies of one training run would fight over its checkpoints. (On Kubernetes
             # and Ray, draining the node evicts the pods and the resubmit replaces the job.)
             calls.append(ToolCall(tool="cancel_job", args={"job": j, "reason": why}))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import signal
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,7 @@ from crashcart.evals.scenario import BUNDLED_DIR, load_scenario
 import procs
 
 KILLS_PER_POINT = int(os.environ.get("CRASHCART_KILLS_PER_POINT", "50"))
+WORKERS = 4
 # Each fails in a way the agent fixes with one write the eval guard allows: a resubmit with a
 # smaller batch, a resubmit away from a bad node, a drain.
 SCENARIOS = [
@@ -67,21 +69,26 @@ def baselines(tmp_path_factory) -> dict[Path, dict]:
     return out
 
 
+def _kill_and_restart(point: str, i: int, tmp_path: Path, baselines: dict[Path, dict]) -> None:
+    scenario = SCENARIOS[i % len(SCENARIOS)]
+    state = tmp_path / f"run{i}"
+    code, text = _watch(scenario, state, EVAL_GUARD, tmp_path / f"{i}-killed.out", point)
+    assert code == -signal.SIGKILL, f"run {i} ({scenario.name}) never reached {point} (rc {code}):\n{text}"
+    code, text = _watch(scenario, state, EVAL_GUARD, tmp_path / f"{i}-after.out", None)
+    assert code == 0, f"run {i}: the watch after the kill failed:\n{text}"
+    got, want = _outcome(state), baselines[scenario]
+    assert not set(got["statuses"]) & set(UNFINISHED), f"run {i}: an incident was left unfinished: {got}"
+    assert len(got["action_ids"]) == len(set(got["action_ids"])), f"run {i}: an action ran twice: {got}"
+    for key in ("incidents", "statuses", "executed", "resubmits", "drained"):
+        assert got[key] == want[key], f"run {i} ({scenario.name}, killed at {point}): {key} {got[key]} != {want[key]}"
+
+
 @pytest.mark.parametrize("point", sorted(CRASH_POINTS))
 def test_kill_9_at_a_crash_point_loses_nothing_and_acts_once(point, baselines, tmp_path):
-    kills = 0
-    for i in range(KILLS_PER_POINT):
-        scenario = SCENARIOS[i % len(SCENARIOS)]
-        state = tmp_path / f"run{i}"
-        code, text = _watch(scenario, state, EVAL_GUARD, tmp_path / f"{i}-killed.out", point)
-        assert code == -signal.SIGKILL, f"run {i} ({scenario.name}) never reached {point} (rc {code}):\n{text}"
-        kills += 1
-        code, text = _watch(scenario, state, EVAL_GUARD, tmp_path / f"{i}-after.out", None)
-        assert code == 0, f"run {i}: the watch after the kill failed:\n{text}"
-        got, want = _outcome(state), baselines[scenario]
-        assert not set(got["statuses"]) & set(UNFINISHED), f"run {i}: an incident was left unfinished: {got}"
-        assert len(got["action_ids"]) == len(set(got["action_ids"])), f"run {i}: an action ran twice: {got}"
-        for key in ("incidents", "statuses", "executed", "resubmits", "drained"):
-            assert got[key] == want[key], f"run {i} ({scenario.name}, killed at {point}): {key} {got[key]} != {want[key]}"
-    procs.REPORT.append(f"kill -9 at {point}: {kills} kills, each followed by a restart; "
+    # Each kill and restart has a state dir of its own; a few run side by side, since a run
+    # mostly waits on its files.
+    with ThreadPoolExecutor(WORKERS) as pool:
+        for done in [pool.submit(_kill_and_restart, point, i, tmp_path, baselines) for i in range(KILLS_PER_POINT)]:
+            done.result()
+    procs.REPORT.append(f"kill -9 at {point}: {KILLS_PER_POINT} kills, each followed by a restart; "
                         f"0 incidents lost, 0 actions repeated")

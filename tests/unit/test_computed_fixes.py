@@ -161,9 +161,11 @@ def test_another_pool_or_product_is_the_owners_choice_not_a_typo():
 def test_the_time_limit_comes_from_the_partitions_maxtime_only_when_that_is_what_binds(reason, max_time, expected):
     from crashcart.agent.policies.computed import partition_max_time
 
-    ev = _ev(partition="a100", reason=reason, state="PENDING")
+    ev = _ev(config={"save_steps": 500}, partition="a100", reason=reason, state="PENDING")
     ev.partitions = {"a100": {"partition": "a100", "max_time": max_time}}
     assert partition_max_time(ev, "j1", {}, None) == expected
+    ev.configs = {"j1": {}}  # a job that never checkpoints would lose its work at MaxTime
+    assert partition_max_time(ev, "j1", {}, None) is None
 
 
 def test_the_whole_checkpoints_step_is_put_in_the_jobs_own_resume_path():
@@ -178,3 +180,89 @@ def test_the_whole_checkpoints_step_is_put_in_the_jobs_own_resume_path():
     assert newest_complete_checkpoint(ev, "j1", {}, None) == "/out/run7/checkpoint-5500"
     padded = _ev("Saved checkpoint to /ckpt/gpt/iter_0003500/model_optim_rng.pt", {"load": "/ckpt/gpt/iter_0004000"})
     assert newest_complete_checkpoint(padded, "j1", {}, None) == "/ckpt/gpt/iter_0003500"
+
+
+def test_ray_data_cpu_stage_is_capped_at_the_cpus_the_gpu_actors_leave():
+    from crashcart.agent.policies.computed import cpus_left_for_gpu_actors
+
+    caps = {"cpus_total": "64", "gpus_total": "8", "cpu_each": "1.0"}
+    assert cpus_left_for_gpu_actors(_ev(config={"preprocess_concurrency": 64}), "j1", caps, None) == 56
+    assert cpus_left_for_gpu_actors(_ev(config={"preprocess_concurrency": 32}), "j1", caps, None) is None
+    assert cpus_left_for_gpu_actors(_ev(config={"preprocess_concurrency": 64}), "j1", {"cpus_total": "64"}, None) is None
+
+
+# --- an eviction's own numbers decide whose fault it was ----------------------------------------
+
+def _evicted(using: str, request: str) -> Evidence:
+    ev = _ev(config={"resources": {"requests": {"memory": request}}}, state="Evicted", nodes=["n1"])
+    ev.docs = [TextDoc("events", "job:j1", [
+        f"Warning Evicted: The node was low on resource: memory. Threshold quantity: 100Mi, available: 81244Ki. "
+        f"Container trainer was using {using}, request is {request}, has larger consumption of memory."], "kubectl_events:j1")]
+    return ev
+
+
+def test_an_eviction_over_the_request_is_the_jobs_and_the_new_request_goes_above_its_use():
+    kb = load_playbooks()
+    ev = _evicted("44821336Ki", "24Gi")  # 42.7 GiB used against 24 requested
+    match = match_label(kb["evicted_memory_pressure"], ev)
+    assert match is not None and match_label(kb["evicted_memory_pressure_within_request"], ev) is None
+    changes, _ = compute_changes(kb["evicted_memory_pressure"].label.remedy, ev, "j1", captured_values(match))
+    assert changes == {"resources.requests.memory": "54Gi"}  # 42.7 x 1.25 = 53.4, rounded up
+
+
+def test_an_eviction_within_the_request_is_the_nodes():
+    kb = load_playbooks()
+    ev = _evicted("74763264Ki", "96Gi")  # 71.3 GiB used against 96 requested
+    assert match_label(kb["evicted_memory_pressure"], ev) is None
+    assert match_label(kb["evicted_memory_pressure_within_request"], ev) is not None
+
+
+def test_arithmetic_must_name_groups_its_pattern_has():
+    from pydantic import ValidationError
+    from crashcart.playbooks import Signal
+
+    with pytest.raises(ValidationError, match="covers needs"):
+        Signal.model_validate({"where": "log", "pattern": "(?P<free>\\d+) free",
+                               "covers": {"add": ["free"], "at_least": "request"}})
+
+
+# --- a spill path moved to the large empty disk the node's df shows ------------------------------
+
+DF = """Filesystem      Size  Used Avail Use% Mounted on
+/dev/root       194G  186G  8.1G  96% /
+tmpfs           252G     0  252G   0% /dev/shm
+/dev/nvme1n1    3.5T   41G  3.3T   2% /mnt/local_nvme
+10.20.0.5:/datasets  500T  312T  189T  63% /mnt/datasets
+"""
+
+
+def test_df_rows_are_read_as_printed():
+    from crashcart.tools.diskfree import parse_df
+
+    mounts = parse_df(DF)
+    assert [m.mounted_on for m in mounts] == ["/", "/dev/shm", "/mnt/local_nvme", "/mnt/datasets"]
+    assert mounts[2].avail_bytes == pytest.approx(3.3 * 2**40) and mounts[0].use_pct == 96
+
+
+def test_the_spill_path_moves_to_the_roomiest_local_disk_and_never_to_ram_or_the_network():
+    from crashcart.agent.policies.computed import path_on_roomiest_disk
+    from crashcart.tools.diskfree import parse_df
+
+    ev = _ev(config={"object_spilling_directory": "/tmp/ray/spill"}, nodes=["n1"])
+    ev.disks = {"n1": [m.model_dump() for m in parse_df(DF)]}
+    assert path_on_roomiest_disk(ev, "j1", {}, None) == "/mnt/local_nvme/tmp/ray/spill"
+    ev.disks = {}  # df not seen: no guess
+    assert path_on_roomiest_disk(ev, "j1", {}, None) is None
+    ev.disks = {"n1": [m.model_dump() for m in parse_df(DF) if m.mounted_on != "/mnt/local_nvme"]}
+    assert path_on_roomiest_disk(ev, "j1", {}, None) is None  # only RAM and NFS have room
+
+
+@pytest.mark.parametrize("model, expected", [
+    ("NVIDIA H100 80GB HBM3", {"mixed_precision": "bf16"}),
+    ("Tesla V100-SXM2-32GB", {}),  # no bf16 there: nothing to change, the owner lowers the LR instead
+])
+def test_an_fp16_overflow_moves_to_bf16_only_on_gpus_that_have_it(model, expected):
+    ev = _ev(config={"mixed_precision": "fp16"}, nodes=["n1"], gpus=8)
+    ev.nodes = {"n1": {"node": "n1", "gpu_model": model}}
+    remedy = load_playbooks()["fp16_loss_scale_floor"].label.remedy
+    assert compute_changes(remedy, ev, "j1", {})[0] == expected

@@ -139,3 +139,12 @@ def test_bf16_capable_gpus_are_matched_as_words():
     assert not table.supports_bf16("Tesla V100-SXM2-32GB")
     assert not table.supports_bf16("Tesla T4")
     assert not table.supports_bf16(None)
+
+
+def test_a_companion_change_is_never_made_alone():
+    rule = {"per_gpu_batch": {"divide": 2, "min_value": 1, "only_if_present": True},
+            "grad_accumulation": {"multiply": 2, "only_if_present": True, "along_with": "per_gpu_batch"}}
+    assert _changes(rule, {"batch_size": 8, "gradient_accumulation_steps": 2})[0] == {
+        "batch_size": 4, "gradient_accumulation_steps": 4}
+    # Already at one sample per GPU: more accumulation alone would only grow the global batch.
+    assert _changes(rule, {"batch_size": 1, "gradient_accumulation_steps": 2})[0] == {}

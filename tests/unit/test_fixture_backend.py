@@ -164,6 +164,7 @@ READ_ARGS = {
     "training_progress": lambda k: {"job": A_JOB[k]},
     "job_config": lambda k: {"job": A_JOB[k]},
     "partition_info": lambda k: {"partition": "h100"},
+    "disk_usage": lambda k: {"node": A_NODE[k]},
 
     "sacctmgr_show": lambda k: {"entity": "qos"},
 }

@@ -208,6 +208,22 @@ def test_a_time_limit_change_becomes_sbatch_time_not_a_script_argument():
     assert "--time=2-00:00:00" in sbatch
     assert not any("time_limit" in word for word in sbatch)
 
+
+DF_OUT = ("Filesystem      Size  Used Avail Use% Mounted on\n/dev/root       194G  186G  8.1G  96% /\n"
+          "/dev/nvme1n1    3.5T   41G  3.3T   2% /mnt/local_nvme\n")
+
+
+def test_disk_usage_runs_df_on_the_node_and_reads_its_rows():
+    t = cluster((("srun",), DF_OUT), (("squeue", "--json"), json.dumps({"jobs": []})))
+    out = backend(t).run(REGISTRY.get("disk_usage"), {"node": "gpu-b05"})
+    srun = next(a for a in t.sent if a[0] == "srun")
+    assert "--nodelist=gpu-b05" in srun and "df -hP" in srun[-1]
+    assert [m.mounted_on for m in out.mounts] == ["/", "/mnt/local_nvme"]
+
+
+def test_disk_usage_without_node_access_says_so_and_invents_nothing():
+    out = backend(cluster(), node_access={"method": "none"}).run(REGISTRY.get("disk_usage"), {"node": "gpu-b05"})
+    assert out.mounts == [] and "node_access: none" in out.text
 def test_job_config_of_a_job_that_just_ended_waits_for_its_submit_line(monkeypatch):
     # Accounting lags slurmctld: first the placeholder record without a submit line, then the
     # whole one. Read during the lag, the memory the job asked for was missing (a flaky live test).

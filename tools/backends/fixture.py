@@ -20,13 +20,14 @@ from crashcart.tools import render
 from crashcart.tools._spec import ALL_BACKENDS, ToolCall, ToolError, ToolInput, ToolSpec
 from crashcart.tools.backends.base import STUCK_PENDING_REASONS, ActionTarget, Backend, ClusterChanges, set_dotted
 from crashcart.tools.catalog import (
-    ActionOutput, CancelInput, ConfigOutput, DescribeInput, DescribeOutput, EscalateInput, EventsInput,
+    ActionOutput, CancelInput, ConfigOutput, DescribeInput, DiskOutput, DescribeOutput, EscalateInput, EventsInput,
     EventsOutput, GpuOutput, HistoryInput, JobInput, JobRow, JobsOutput, ListJobsInput, LogOutput,
     LogsInput, MetricsInput, NodeInput, NodeLogInput, NodeLogOutput, NodeRow, NodesOutput, NodeWriteInput,
     NotifyInput, PartitionInput, PartitionOutput, ProgressOutput, QueueInput, RayJobOutput, ResubmitInput,
     SacctInput, SinfoInput, AutoscalerOutput, ClusterQueuesOutput, NoInput, SacctmgrInput, SacctmgrOutput,
     SprioOutput, SshareInput, SshareOutput,
 )
+from crashcart.tools.diskfree import parse_df
 from crashcart.tools.render import scheduler as render_scheduler
 from crashcart.tools.cluster import Cluster, Event, GpuSample, Job, Node, Taint
 
@@ -298,6 +299,12 @@ class FixtureBackend(Backend):
             (node.kernel_log or "").splitlines(), a.tail, a.grep, a.since,
             render.kernel_log_stamp(self.now()))
         return NodeLogOutput(node=node.name, text=text, truncated=truncated, total_lines=total)
+
+    def _tool_disk_usage(self, a: NodeInput) -> DiskOutput:
+        node = self._node(a.node)
+        # A node whose df was not recorded prints only the header: nothing is invented.
+        text = node.df or "Filesystem      Size  Used Avail Use% Mounted on"
+        return DiskOutput(node=node.name, text=text, mounts=parse_df(text))
 
     # --- read tools: Kubernetes ---------------------------------------------------------
 

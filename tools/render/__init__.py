@@ -36,6 +36,7 @@ from crashcart.tools.render.kubernetes import (
 from crashcart.tools.render.ray import (
     ray_job_status_lines,
     ray_jobs_lines,
+    ray_list_lines,
     ray_message,
     ray_node_id,
     ray_nodes_lines,
@@ -62,7 +63,7 @@ __all__ = [
     "is_active", "iso_z", "job_log_stamp", "k8s_age", "k8s_exit_code", "kernel_log_stamp",
     "kubectl_nodes_lines", "node_ready", "node_roles", "node_status", "node_taints",
     "nvidia_smi_csv", "pod_phase", "pod_status", "pods_lines", "progress_lines",
-    "ray_job_status_lines", "ray_jobs_lines", "ray_message", "ray_node_id", "ray_nodes_lines",
+    "ray_job_status_lines", "ray_jobs_lines", "ray_list_lines", "ray_message", "ray_node_id", "ray_nodes_lines",
     "ray_status", "rfc1123z", "sacct_lines", "scontrol_partition_line", "sinfo_lines", "sinfo_state", "slurm_elapsed",
     "slurm_time", "squeue_lines", "squeue_time", "table", "taint_text", "throttle_reason",
 ]

@@ -36,7 +36,7 @@ def ray_job_status_lines(job: Job) -> list[str]:
     return lines
 
 
-def _ray_list(title_time: datetime, header: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]:
+def ray_list_lines(title_time: datetime, header: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]:
     indexed = [(str(i), *row) for i, row in enumerate(rows)]
     return [f"======== List: {aware(title_time):%Y-%m-%d %H:%M:%S.%f} ========", "Stats:",
             "-" * 30, f"Total: {len(rows)}", "", "Table:", "-" * 30,
@@ -56,7 +56,7 @@ def ray_nodes_lines(nodes: Sequence[Node], now: datetime) -> list[str]:
         rows.append((ray_node_id(n.name), n.labels.get("ray.io/node-ip", "-"), str(head),
                      "DEAD" if dead else "ALIVE", n.reason or "", n.name,
                      f"GPU: {float(n.gpus)}" if n.gpus else "{}"))
-    return _ray_list(now, ["NODE_ID", "NODE_IP", "IS_HEAD_NODE", "STATE", "STATE_MESSAGE",
+    return ray_list_lines(now, ["NODE_ID", "NODE_IP", "IS_HEAD_NODE", "STATE", "STATE_MESSAGE",
                            "NODE_NAME", "RESOURCES_TOTAL"], rows)
 
 
@@ -64,5 +64,5 @@ def ray_jobs_lines(jobs: Sequence[Job], now: datetime) -> list[str]:
     rows = [(j.id, j.config.get("entrypoint") or j.name or "", "SUBMISSION", ray_status(j),
              ray_message(j) or "", slurm_time(j.start_time), slurm_time(j.end_time))
             for j in jobs]
-    return _ray_list(now, ["SUBMISSION_ID", "ENTRYPOINT", "TYPE", "STATUS", "MESSAGE",
+    return ray_list_lines(now, ["SUBMISSION_ID", "ENTRYPOINT", "TYPE", "STATUS", "MESSAGE",
                            "START_TIME", "END_TIME"], rows)

@@ -21,6 +21,8 @@ from crashcart.agent.store import IncidentStore
 from crashcart.tools.backends.slurm import SlurmBackend, SlurmSettings
 
 HARNESS = Path(__file__).resolve().parents[2] / "harness"
+FAILED = {"FAILED", "NODE_FAIL", "OUT_OF_MEMORY", "TIMEOUT", "PREEMPTED", "BOOT_FAIL", "DEADLINE"}
+"""Ends the agent counts as failures of a node's jobs."""
 FINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED",
          "BOOT_FAIL", "DEADLINE"}
 
@@ -172,6 +174,23 @@ class SlurmLab:
         self.wait_for("accounting to hold every job's whole record",
                       lambda: all(self.accounted(j) for j in known if j not in keep), timeout)
 
+    def quiet_node(self, minutes: int = 15) -> str:
+        """A node no job has failed on in the last `minutes` (a test's own cancels do not count)
+        and that runs no background job. The agent reads a node's recent history: three jobs failed on one
+        node within ten minutes is a node crash with many victims (playbooks: node_crash), so a
+        test about one job on one node needs a node whose history earlier tests left empty."""
+        busy = {n for j in self.background.values() for n in _hostlist(self.job(j).get("NodeList", ""))}
+        ended = self.cli("sacct", "-a", "-X", "-P", "-n", "-S", f"now-{minutes}minutes", "-E", "now",
+                         "-o", "NodeList,State")
+        dirty = set()
+        for line in ended.splitlines():
+            nodes, _, state = line.partition("|")
+            if state.split() and state.split()[0] in FAILED:
+                dirty |= set(_hostlist(nodes))
+        quiet = [n for n in sorted(self._nodes()) if n not in busy | dirty]
+        assert quiet, f"every node had a job end badly in the last {minutes} minutes: {sorted(dirty)}"
+        return quiet[0]
+
     def _queued(self) -> list[str]:
         return self.cli("squeue", "-h", "-o", "%i").split()
 
@@ -230,6 +249,12 @@ class SlurmLab:
         slurm = self.settings(via).model_dump(mode="json", exclude_defaults=True)
         path.write_text(yaml.safe_dump({"name": "crashcart-local", "backend": "slurm", "slurm": slurm, "guard": guard}))
         return path
+
+
+def _hostlist(text: str) -> list[str]:
+    from crashcart.tools.render import expand_hostlist
+
+    return [] if text in {"", "None assigned", "(null)"} else expand_hostlist(text)
 
 
 def _in_service(state: str) -> bool:

@@ -87,41 +87,43 @@ def test_out_of_memory_gets_twice_the_memory(lab: SlurmLab, tmp_path):
 
 
 def test_node_down_under_a_job(lab: SlurmLab, tmp_path):
+    # A node earlier tests left no failed jobs on: one job lost with its node is node_failure.
+    node = lab.quiet_node()
     script = lab.script("pretrain.sh", SLEEPER)
-    old = lab.sbatch(script, "-J", "pretrain", "--no-requeue", "-w", "n3", "-o", "pretrain-%j.out")
+    old = lab.sbatch(script, "-J", "pretrain", "--no-requeue", "-w", node, "-o", "pretrain-%j.out")
     lab.wait_state(old, "RUNNING")
     new = None
     try:
-        lab.cli("scontrol", "update", "NodeName=n3", "State=DOWN", "Reason=test: node lost power")
+        lab.cli("scontrol", "update", f"NodeName={node}", "State=DOWN", "Reason=test: node lost power")
         assert lab.wait_state(old, "NODE_FAIL") == "NODE_FAIL"
         before = lab.snapshot(old)
 
         # Observe and dry-run: the same incident, and nothing on the cluster changes.
         watched = run_agent(lab.backend(), {"kind": "job_failed", "job": old}, tmp_path / "o.duckdb", mode="observe")
-        assert watched["diagnosis"]["label"] == "node_failure"
+        assert watched["diagnosis"]["label"] == "node_failure", explain(watched)
         assert {a["decision"] for a in actions(watched)} == {"deny"}
         proposed = run_agent(lab.backend(), {"kind": "job_failed", "job": old}, tmp_path / "d.duckdb", mode="dry_run")
         assert {a["tool"] for a in actions(proposed)} >= {"node_drain", "resubmit"}
         assert {a["decision"] for a in actions(proposed)} == {"dry_run"}
         assert lab.snapshot(old) == before
-        assert lab.node("n3") == ("down", "test: node lost power")
+        assert lab.node(node) == ("down", "test: node lost power")
 
         # Autonomous: a real drain naming crashcart and the incident, a real resubmit elsewhere.
         state = run_agent(lab.backend(), {"kind": "job_failed", "job": old}, tmp_path / "a.duckdb")
-        assert state["diagnosis"]["root_cause"] == "node:n3"
-        node_state, reason = lab.node("n3")
+        assert state["diagnosis"]["root_cause"] == f"node:{node}"
+        node_state, reason = lab.node(node)
         assert "drain" in node_state
         assert reason.startswith(f"crashcart {state['incident_id']}: node_failure")
         new = new_job(state)
         shown = lab.job(new)
-        assert shown["ExcNodeList"] == "n3" and shown["ReqNodeList"] == "(null)"
+        assert shown["ExcNodeList"] == node and shown["ReqNodeList"] == "(null)"
         assert f"crashcart: resubmit of {old}" in shown["Comment"]
         lab.wait_state(new, "RUNNING")
-        assert lab.job(new)["NodeList"] != "n3"
+        assert lab.job(new)["NodeList"] != node
         assert [a["decision"] for a in actions(state, "escalate")] == ["allow"]
     finally:
         lab.cancel(new)
-        lab.resume("n3")
+        lab.resume(node)
 
 
 def test_preempted_job_is_resubmitted(lab: SlurmLab, tmp_path):

@@ -65,19 +65,20 @@ def test_node_down_over_ssh_with_an_encrypted_key(lab: SlurmLab, tmp_path, monke
                              resubmit={"script_dir": str(lab.jobs / "scripts")},
                              connection={"method": "ssh", "ssh": ssh}, node_access={"method": "ssh"})
     backend = SlurmBackend(settings)
+    node = lab.quiet_node()  # one job lost with its node is node_failure, not a crash with many victims
     script = lab.script("pretrain4.sh", SLEEPER)
-    old = lab.sbatch(script, "-J", "pretrain-b", "--no-requeue", "-w", "n4", "-o", "p4-%j.out")
+    old = lab.sbatch(script, "-J", "pretrain-b", "--no-requeue", "-w", node, "-o", "p4-%j.out")
     lab.wait_state(old, "RUNNING")
     new = None
     try:
-        lab.cli("scontrol", "update", "NodeName=n4", "State=DOWN", "Reason=test: kernel panic")
+        lab.cli("scontrol", "update", f"NodeName={node}", "State=DOWN", "Reason=test: kernel panic")
         lab.wait_state(old, "NODE_FAIL")
         state = run_agent(backend, {"kind": "job_failed", "job": old}, tmp_path / "s.duckdb")
 
-        node_state, reason = lab.node("n4")
+        node_state, reason = lab.node(node)
         assert "drain" in node_state and reason.startswith(f"crashcart {state['incident_id']}: node_failure")
         new = new_job(state)
-        assert lab.job(new)["ExcNodeList"] == "n4"
+        assert lab.job(new)["ExcNodeList"] == node
 
         seen = [caplog.text, *capsys.readouterr(), repr(settings), settings.model_dump_json(),
                 repr(backend.transport), str(state), (tmp_path / "s.duckdb").read_bytes().decode("latin-1")]
@@ -86,4 +87,4 @@ def test_node_down_over_ssh_with_an_encrypted_key(lab: SlurmLab, tmp_path, monke
         assert len(passphrase) >= 16
     finally:
         lab.cancel(new)
-        lab.resume("n4")
+        lab.resume(node)

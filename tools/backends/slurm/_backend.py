@@ -30,10 +30,11 @@ from crashcart.tools.backends.slurm._nodes import MISSING, NodeRunner
 from crashcart.tools.backends.slurm._parse import ACTIVE
 from crashcart.tools.backends.slurm._submit import SubmitLine, parse_submit_line
 from crashcart.tools.catalog import (
-    GpuOutput, HistoryInput, JobRow, JobsOutput, ListJobsInput, MetricsInput, NodeInput, NodeLogInput,
+    DiskOutput, GpuOutput, HistoryInput, JobRow, JobsOutput, ListJobsInput, MetricsInput, NodeInput, NodeLogInput,
     NodeLogOutput, NodeRow, NodesOutput, PartitionInput, PartitionOutput, QueueInput, SacctInput, SacctmgrInput,
     SacctmgrOutput, SinfoInput, SprioOutput, SshareInput, SshareOutput,
 )
+from crashcart.tools.diskfree import DF_COMMAND, parse_df
 from crashcart.tools.transport import Transport
 
 STATE_CODES = {
@@ -429,6 +430,7 @@ class SlurmBackend(JobFiles, Backend):
                             f"{(result.stderr or result.stdout).strip()[-300:] or 'no such partition'}")
         rec = parse.scontrol_record(line)
         return PartitionOutput(text=line, partition=rec.get("PartitionName", a.partition), max_time=rec.get("MaxTime"))
+
     def _tool_sacctmgr_show(self, a: SacctmgrInput) -> SacctmgrOutput:
         if a.entity == "qos":
             out = self.cli.out(limits.QOS_ARGV)
@@ -493,6 +495,13 @@ class SlurmBackend(JobFiles, Backend):
         text, truncated, total = render.bound_lines(
             result.stdout.splitlines(), a.tail, a.grep, a.since, render.kernel_log_stamp(self.now()))
         return NodeLogOutput(node=node.name, text=text, truncated=truncated, total_lines=total)
+
+    def _tool_disk_usage(self, a: NodeInput) -> DiskOutput:
+        node = self.node(a.node)
+        result = self.node_runner.run(node, DF_COMMAND, self.running_job_on(node.name))
+        if result.unavailable:
+            return DiskOutput(node=node.name, text=result.unavailable)
+        return DiskOutput(node=node.name, text=result.stdout.rstrip(), mounts=parse_df(result.stdout))
 
 
 __all__ = ["JobInfo", "SlurmBackend"]

@@ -1,0 +1,55 @@
+"""A real local Ray head on loopback, started once per test session.
+
+tests/harness/ray_local.py starts `ray start --head --block` in a session of its own
+(RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0, 2 CPUs, a 100 MB object store, the memory monitor's
+threshold just above what the machine uses now) and stops it by that session's pids,
+never with `ray stop`. The tests skip when Ray is not installed, except when the CI
+environment variable is set: then they fail, so a CI run without a real head cannot pass.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+HARNESS = Path(__file__).resolve().parents[2] / "harness"
+sys.path.insert(0, str(HARNESS))
+
+from raylab import RayLab  # noqa: E402
+
+pytestmark = pytest.mark.ray
+
+
+def unavailable(reason: str) -> None:
+    """Skip here, fail in CI: CI must never pass without running these."""
+    if os.environ.get("CI", "").lower() not in {"", "0", "false", "no"}:
+        pytest.fail(f"real-Ray integration tests cannot run: {reason}", pytrace=False)
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def ray_lab() -> RayLab:
+    if importlib.util.find_spec("ray") is None or not Path(sys.executable).with_name("ray").exists():
+        unavailable("Ray is not installed in this environment (pip install -e '.[test]' installs ray[default])")
+    import ray_local
+
+    root = Path(tempfile.mkdtemp(prefix="crashcart-ray-"))
+    try:
+        head = ray_local.up(root)
+    except RuntimeError as e:
+        ray_local.down(root)
+        shutil.rmtree(root, ignore_errors=True)
+        # Installed but not starting is a bug in the harness or the machine: never a skip.
+        pytest.fail(str(e), pytrace=False)
+    lab = RayLab(head=head, scripts=root / "scripts")
+    try:
+        yield lab
+    finally:
+        ray_local.down(root)
+        shutil.rmtree(root, ignore_errors=True)
