@@ -68,10 +68,15 @@ def build_graph(checkpointer: Any = None):
 
     def investigate(state: IncidentState, runtime: Runtime[Deps]) -> dict[str, Any]:
         deps = runtime.context
-        if state.get("rounds", 0) >= MAX_ROUNDS:
+        if state.get("rounds", 0) >= getattr(deps.policy, "max_rounds", MAX_ROUNDS):
             return {"pending": []}
-        calls = deps.policy.next_calls(dict(state), deps.backend.now(), deps.backend.kind)
-        return {"pending": [c.model_dump() for c in calls], "rounds": state.get("rounds", 0) + 1}
+        step = getattr(deps.policy, "step", None)
+        if step is not None:  # a policy that also says what it thought (a model's turns, a handover)
+            calls, notes = step(dict(state), deps.backend.now(), deps.backend.kind)
+        else:
+            calls, notes = deps.policy.next_calls(dict(state), deps.backend.now(), deps.backend.kind), []
+        return {"pending": [c.model_dump() for c in calls], "rounds": state.get("rounds", 0) + 1,
+                "policy_log": notes}
 
     def route_investigation(state: IncidentState) -> Literal["run_tools", "diagnose"]:
         return "run_tools" if state.get("pending") else "diagnose"
@@ -226,7 +231,10 @@ def _decide(deps: Deps, state: IncidentState, calls: list[ToolCall]) -> list[dic
         except ToolError as e:
             records.append(ActionRecord(**record, decision="deny", reason=str(e), error=str(e)).model_dump(mode="json"))
             continue
-        d = deps.guard.check(call, spec.effect, target, state["incident_id"])
+        # A policy may object to its own plan (a model's write the evidence does not back); it only narrows.
+        review = getattr(deps.policy, "review", None)
+        d = deps.guard.check(call, spec.effect, target, state["incident_id"],
+                             review=review(dict(state), call) if review else None)
         records.append(ActionRecord(**record, decision=d.decision, reason=d.reason, rule=d.rule,
                                     escalate_to=d.escalate_to).model_dump(mode="json"))
     return records

@@ -1,6 +1,6 @@
 """The guard (DESIGN.md, Contract 4): allow, dry-run, needs-approval or deny, journaled first."""
 
-from crashcart.agent.guard._guard import ApprovalError, Decision, DecisionKind, Guard
+from crashcart.agent.guard._guard import ApprovalError, Decision, DecisionKind, Guard, Review
 from crashcart.agent.guard._policy import (
     DEFAULT_POLICY_PATH,
     ApprovalSettings,
@@ -38,6 +38,8 @@ __all__ = [
     "PolicyError",
     "RestartBudget",
     "canonical_policy",
+
+    "Review",
     "load_policy",
     "other_policy_flags",
     "policy_from_dict",

@@ -50,6 +50,18 @@ class Decision(BaseModel):
 
 
 @dataclasses.dataclass(frozen=True)
+class Review:
+    """A policy's objection to one of its own planned writes (a model's plan that names an entity
+    nobody observed, or that the playbooks contradict). It can only narrow: deny, or ask a person."""
+
+    verdict: Literal["deny", "needs_approval"]
+    reason: str
+    rule: str
+    """`review:...`: which check objected, journaled as the deciding rule."""
+    escalate_to: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
 class _Verdict:
     decision: DecisionKind
     reason: str
@@ -109,7 +121,8 @@ class Guard:
     # --- deciding -------------------------------------------------------------
 
     def check(
-        self, call: ToolCall, effect: str, target: ActionTarget | None, incident_id: str
+        self, call: ToolCall, effect: str, target: ActionTarget | None, incident_id: str,
+        review: Review | None = None,
     ) -> Decision:
         now = self.clock()
         if not _is_write(call.tool, effect):
@@ -120,6 +133,8 @@ class Guard:
         with self.store.lock:
             policy, _ = self.bind(incident_id)
             verdict = self._decide(policy, call, target, now, incident_id)
+            if review is not None:
+                verdict = self._narrow(policy, verdict, review, call.tool, target)
             if verdict.trip:
                 self.store.trip_breaker(self.cluster, verdict.trip, now, incident_id=incident_id)
             return self._journal(call.action_id, call.tool, call.args, verdict, incident_id, target, now)
@@ -183,6 +198,25 @@ class Guard:
             return []
         seen = self.store.observed(incident_id) | trigger_entities(self.store.trigger_of(incident_id))
         return [f"{kind} {name}" for kind, name in named if (kind, name) not in seen]
+
+    def _narrow(self, policy: GuardPolicy, verdict: _Verdict, review: Review, tool: str,
+                target: ActionTarget | None) -> _Verdict:
+        # The review's own refusal is the one journaled (and routed), even where the guard refuses too:
+        # a write the plan never should have held must not page a team as if it had been fair.
+        if review.verdict == "deny":
+            return _Verdict("deny", review.reason, review.rule, review.escalate_to)
+        if verdict.decision == "deny":
+            return verdict
+        tier = policy.tier_for(tool, target or ActionTarget(tool=tool))
+        who = ", ".join(policy.approvers_of(tier[1]) if tier else (a.name for a in policy.approvers))
+        if verdict.decision == "needs_approval" and who:
+            return dataclasses.replace(verdict, reason=f"{verdict.reason} Also: {review.reason}")
+        if not who:
+            return _Verdict("deny", f"{review.reason} This needs a person's approval and the policy names "
+                            "nobody who may give it.", review.rule, review.escalate_to)
+        if verdict.decision == "dry_run":
+            return _Verdict("dry_run", f"Dry run: would need approval from {who}: {review.reason}", review.rule)
+        return _Verdict("needs_approval", f"Needs approval from {who}: {review.reason}", review.rule)
 
     def _blast_radius(self, p: GuardPolicy, tool: str, target: ActionTarget, now: datetime) -> _Verdict | None:
         if tool == "node_drain":
@@ -320,7 +354,9 @@ class Guard:
             )
         target = _target_adapter.validate_python(pending.target or {"tool": pending.tool})
         tier = policy.tier_for(pending.tool, target)
-        allowed = policy.approver_entries(tier[1]) if tier else ()
+        # A request the model review raised (rule review:*) outside any tier goes to the policy's approvers.
+        allowed = (policy.approver_entries(tier[1]) if tier
+                   else policy.approvers if pending.rule.startswith("review:") else ())
         _identify(policy, allowed, approver, os_user, f"approve {pending.tool} ({pending.rule})")
         return policy, sha, target
 

@@ -35,7 +35,9 @@ def _fail(message: str, code: int = 2) -> None:
 @app.command("eval")
 def eval_command(
     paths: list[str] = typer.Argument(None, help="Scenario files or folders (default: the bundled suite)"),
-    policy: str = typer.Option("playbook", help="playbook | llm"),
+    policy: Optional[str] = typer.Option(None, help="playbook | llm | auto (default: auto with --model, else playbook)"),
+    model: Optional[str] = typer.Option(None, help="llm and auto: provider:model (openai:..., anthropic:...)"),
+    concurrency: int = typer.Option(4, help="llm and auto: scenarios run at the same time", min=1),
     json_file: Optional[Path] = typer.Option(None, "--json", help="Write the results as JSON here"),
     html_file: Optional[Path] = typer.Option(None, "--html", help="Write a self-contained HTML report here"),
     logs: Optional[bool] = typer.Option(None, "--logs/--no-logs", help="Also score diagnose on evals/logs (default: with the bundled suite)"),
@@ -47,8 +49,8 @@ def eval_command(
     from crashcart.agent.interfaces.scorecard import budget_line, render_scorecard
     from crashcart.evals.runner import run_suite
 
-    if policy != "playbook":
-        _fail(f"policy {policy!r} is not available yet (known: playbook)")
+    policy = policy or ("auto" if model else "playbook")
+    _check_policy(policy, model)
     from crashcart.evals.scenario import SCENARIO_SUFFIXES, discover
 
     console = _console()
@@ -67,6 +69,7 @@ def eval_command(
             paths or None, policy,
             on_start=lambda n: progress.update(task, total=n),
             on_result=lambda r: progress.update(task, advance=1, description=r.id),
+            model=model, concurrency=concurrency,
         )
     if logs if logs is not None else not paths:
         from crashcart.evals.logcases import run_logs
@@ -104,6 +107,48 @@ def _writable_file(option: str, target: Path, create_parent: bool = False) -> No
         if create_parent and not target.parent.exists():
             return
         _fail(f"{option} {target}: the folder {target.parent} does not exist")
+
+
+def _use_policy(deps, policy: Optional[str], model: Optional[str], config) -> None:
+    """--policy and --model on the target's deps; with neither, auto where cluster.yaml names a model."""
+    configured = (getattr(config, "llm", None) or {}).get("model")
+    policy = policy or ("auto" if model or configured else "playbook")
+    if policy != "playbook" or model:
+        deps.policy = _model_policy(policy, model, config)
+
+
+def _model_policy(policy: str, model: Optional[str], config):
+    """The llm or auto policy, its model and settings from --model and cluster.yaml's llm section."""
+    from crashcart.agent.policies import make_policy
+    from crashcart.agent.policies.llm import LLMConfigError, parse_settings
+
+    try:
+        settings = parse_settings(getattr(config, "llm", None), "cluster.yaml: llm")
+        model = model or settings.model
+        _check_policy(policy, model)
+        return make_policy(policy, model, settings)
+    except LLMConfigError as e:
+        _fail(str(e))
+
+
+def _check_policy(policy: str, model: Optional[str]) -> None:
+    """A policy name and, for llm and auto, a model name that can be used, or a clear error."""
+    from crashcart.agent.policies import POLICIES
+
+    if policy not in POLICIES:
+        _fail(f"policy {policy!r}: one of {', '.join(POLICIES)}")
+    if policy == "playbook":
+        if model:
+            _fail("--model goes with --policy llm or auto")
+        return
+    from crashcart.agent.policies.llm import LLMConfigError, split_model_name
+
+    if not model:
+        _fail(f"--policy {policy} needs --model provider:model (e.g. openai:gpt-4.1, anthropic:claude-sonnet-4-5)")
+    try:
+        split_model_name(model)
+    except LLMConfigError as e:
+        _fail(str(e))
 
 
 @app.command()
@@ -272,6 +317,8 @@ def investigate(
     guard: Optional[Path] = typer.Option(None, help="A guard.yaml (default: the scenario's or cluster's, else the built-in dry-run policy)"),
     state_dir: Path = typer.Option(DEFAULT_STATE_DIR, help="Where the incident store and checkpoints live"),
     approver: Optional[str] = typer.Option(None, help="Approve at a prompt as this person when the guard asks"),
+    policy: Optional[str] = typer.Option(None, help="playbook | llm | auto (default: auto where a model is configured)"),
+    model: Optional[str] = typer.Option(None, help="llm and auto: provider:model (default: llm.model in cluster.yaml)"),
 ) -> None:
     """Investigate one incident and print the transcript."""
     from crashcart.agent.interfaces.transcript import render_incident
@@ -281,6 +328,7 @@ def investigate(
         _fail("--job, --node, --text and --kind go with --cluster; a scenario file has its own trigger")
     target = _open_target(scenario, cluster, mode, guard, state_dir)
     name, deps, sc = target.name, target.deps, target.scenario
+    _use_policy(deps, policy, model, target.config)
     if cluster:
         trigger = _live_trigger(kind, job, node, text)
         title, source, again = f"{name}: {_describe(trigger)}", f"cluster:{cluster}", _target_flag(None, cluster)
@@ -463,6 +511,8 @@ def watch(
     mode: Optional[str] = typer.Option(None, help="observe | dry_run | autonomous (overrides the guard file)"),
     guard: Optional[Path] = typer.Option(None, help="A guard.yaml (default: the scenario's or cluster's, else the built-in)"),
     state_dir: Path = typer.Option(DEFAULT_STATE_DIR),
+    policy: Optional[str] = typer.Option(None, help="playbook | llm | auto (default: auto where a model is configured)"),
+    model: Optional[str] = typer.Option(None, help="llm and auto: provider:model (default: llm.model in cluster.yaml)"),
 ) -> None:
     """The on-call loop: poll for what changed, one incident per root cause, act through the guard."""
     from crashcart.agent.watch import Watcher, WatchSettings, lifecycle
@@ -471,6 +521,7 @@ def watch(
         _fail(f"--stall-minutes {stall_minutes:g}: must be more than 0")
     target = _open_target(scenario, cluster, mode, guard, state_dir)
     name, deps = target.name, target.deps
+    _use_policy(deps, policy, model, target.config)
     settings = WatchSettings(interval_s=interval, stall_minutes=stall_minutes, lookback_minutes=lookback_minutes)
     watcher = Watcher(deps, cluster=name, checkpointer=_checkpointer(state_dir / "checkpoints.sqlite"), settings=settings)
     console = _console()

@@ -33,6 +33,8 @@ def render_scorecard(console: Console, report) -> None:
     console.print(_table("scorecard by backend", s.by_backend))
     if len(s.by_split) > 1:
         console.print(_table("scorecard by split", s.by_split))
+    if s.model_by_family:
+        console.print(_model_table(s.model_by_family))
     failed = [r for r in report.scenarios if not r.passed]
     if failed:
         table = Table(title="not passed")
@@ -83,3 +85,18 @@ def render_log_scores(console: Console, logs) -> None:
     console.print(matrix)
     console.print(f"log verdicts: family {s.family_accuracy:.1%}, remedy {s.remedy_accuracy:.1%} "
                   f"right on {s.total} logs ({s.real_excerpts} real excerpts), {s.errors} errors")
+
+
+def _model_table(rows: dict[str, dict[str, float]]) -> Table:
+    table = Table(title="the model, by family")
+    for col in ("family", "decided", "requests", "tokens in", "tokens out", "cost $", "model s", "tool calls"):
+        table.add_column(col, justify="left" if col == "family" else "right")
+    total = {k: 0.0 for k in next(iter(rows.values()))}
+    for name, r in [*rows.items(), ("all", total)]:
+        if name != "all":
+            for k, v in r.items():
+                total[k] += v
+        table.add_row(name, f"{int(r['by_model'])}/{int(r['scenarios'])}", str(int(r["requests"])),
+                      f"{int(r['tokens_in']):,}", f"{int(r['tokens_out']):,}", f"{r['cost_usd']:.4f}",
+                      f"{r['model_latency_ms'] / 1000:.1f}", str(int(r["tool_calls"])))
+    return table
