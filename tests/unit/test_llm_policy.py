@@ -174,7 +174,8 @@ def test_the_approval_of_a_contested_plan_works_the_same_way(scenario):
     guard_policy = policy_from_dict({"mode": "autonomous", "permissions": [{"tool": "*"}], "approvers": ["alice"]})
     r, store = run(scenario, LLMPolicy(ScriptedModel([READS], conclusion=c)), guard=guard_policy)
     (drain,) = r.state["actions"]
-    guard = Guard(guard_policy, store, cluster=scenario.id)
+    # The approver answers on the incident's own clock (requests expire an hour after they are asked).
+    guard = Guard(guard_policy, store, cluster=scenario.id, clock=lambda: scenario.cluster.now)
     with pytest.raises(PermissionError):
         guard.approve(drain["action_id"], r.incident_id, "mallory", True)
     assert guard.approve(drain["action_id"], r.incident_id, "alice", True).decision == "allow"
@@ -286,7 +287,10 @@ def test_a_review_only_narrows_the_guard():
     from crashcart.tools import ActionTarget, ToolCall
 
     def check(policy, review, tool="node_drain"):
-        guard = Guard(policy_from_dict(policy), IncidentStore(":memory:"), cluster="c")
+        store = IncidentStore(":memory:")
+        # n1 was seen by the investigation: the guard's own observed-entity rule lets it through.
+        store.record_observed("inc-1", jobs=[], nodes=["n1"])
+        guard = Guard(policy_from_dict(policy), store, cluster="c")
         call = ToolCall(tool=tool, args={"node": "n1", "reason": "r"})
         target = ActionTarget(tool=tool, node="n1", partition="p", partition_nodes=100)
         return guard.check(call, "write", target, "inc-1", review=review)
