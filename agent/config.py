@@ -72,6 +72,9 @@ class ClusterConfig(BaseModel):
     slurm: SlurmSettings = SlurmSettings()
     kubernetes: KubernetesSettings = KubernetesSettings()
     ray: RaySettings = RaySettings()
+    llm: dict[str, Any] | None = None
+    """The model for `--policy llm|auto` (agent/policies/llm/_settings.py: LLMSettings): model,
+    base_url, api_key_env or api_key_file (never the key itself), budget, retry."""
     guard: str | dict[str, Any] | None = None
     """A guard policy: a path to a guard.yaml (relative to this file) or the same mapping
     inline. Absent: the built-in policy (dry_run)."""
@@ -116,6 +119,13 @@ def parse_cluster_config(data: Any, source: str | Path = "<cluster config>") -> 
         config = ClusterConfig.model_validate(data)
     except ValidationError as e:
         raise ClusterConfigError(source, describe_validation_error(e, data)) from None
+    if config.llm is not None:
+        from crashcart.agent.policies.llm import LLMConfigError, parse_settings
+
+        try:
+            parse_settings(config.llm, f"{source}: llm")
+        except LLMConfigError as e:
+            raise ClusterConfigError(source, f"llm: {e.message}") from None
     return config, _guard(config.guard, source)
 
 

@@ -68,10 +68,15 @@ def build_graph(checkpointer: Any = None):
 
     def investigate(state: IncidentState, runtime: Runtime[Deps]) -> dict[str, Any]:
         deps = runtime.context
-        if state.get("rounds", 0) >= MAX_ROUNDS:
+        if state.get("rounds", 0) >= getattr(deps.policy, "max_rounds", MAX_ROUNDS):
             return {"pending": []}
-        calls = deps.policy.next_calls(dict(state), deps.backend.now(), deps.backend.kind)
-        return {"pending": [c.model_dump() for c in calls], "rounds": state.get("rounds", 0) + 1}
+        step = getattr(deps.policy, "step", None)
+        if step is not None:  # a policy that also says what it thought (a model's turns, a handover)
+            calls, notes = step(dict(state), deps.backend.now(), deps.backend.kind)
+        else:
+            calls, notes = deps.policy.next_calls(dict(state), deps.backend.now(), deps.backend.kind), []
+        return {"pending": [c.model_dump() for c in calls], "rounds": state.get("rounds", 0) + 1,
+                "policy_log": notes}
 
     def route_investigation(state: IncidentState) -> Literal["run_tools", "diagnose"]:
         return "run_tools" if state.get("pending") else "diagnose"
@@ -113,9 +118,9 @@ def build_graph(checkpointer: Any = None):
         updated = []
         for a in state["actions"]:
             if a["decision"] == "needs_approval" and a["action_id"] in verdicts:
-                approver, approved = verdicts[a["action_id"]]
+                approver, approved, os_user = verdicts[a["action_id"]]
                 try:
-                    d = deps.guard.approve(a["action_id"], state["incident_id"], approver, approved)
+                    d = deps.guard.approve(a["action_id"], state["incident_id"], approver, approved, os_user=os_user)
                     a = {**a, "decision": d.decision, "reason": d.reason, "rule": d.rule}
                 except Exception as e:  # a refused approver keeps the action waiting, with why
                     a = {**a, "reason": f"approval refused: {e}"}
@@ -226,7 +231,10 @@ def _decide(deps: Deps, state: IncidentState, calls: list[ToolCall]) -> list[dic
         except ToolError as e:
             records.append(ActionRecord(**record, decision="deny", reason=str(e), error=str(e)).model_dump(mode="json"))
             continue
-        d = deps.guard.check(call, spec.effect, target, state["incident_id"])
+        # A policy may object to its own plan (a model's write the evidence does not back); it only narrows.
+        review = getattr(deps.policy, "review", None)
+        d = deps.guard.check(call, spec.effect, target, state["incident_id"],
+                             review=review(dict(state), call) if review else None)
         records.append(ActionRecord(**record, decision=d.decision, reason=d.reason, rule=d.rule,
                                     escalate_to=d.escalate_to).model_dump(mode="json"))
     return records
@@ -267,19 +275,23 @@ def _run_reads(deps: Deps, state: IncidentState) -> list[dict[str, Any]]:
                 state["incident_id"], obs.tool, obs.args, effect, obs.ok,
                 output_excerpt=obs.text[:OUTPUT_EXCERPT], error=obs.error, at=at,
             )
+            if obs.ok:  # what the cluster showed is what a write may later name (Contract 4)
+                deps.guard.saw(state["incident_id"], ToolCall(tool=obs.tool, args=obs.args), obs.data)
     return new
 
 
-def _verdicts(answer: Any, pending: list[dict[str, Any]]) -> dict[str, tuple[str, bool]]:
-    """Accept {"approver": A, "approved": bool} for all, or {"decisions": {action_id: {...}}}."""
+def _verdicts(answer: Any, pending: list[dict[str, Any]]) -> dict[str, tuple[str, bool, str | None]]:
+    """Accept {"approver": A, "approved": bool, "os_user": U} for all, or {"decisions": {action_id: {...}}}.
+    `os_user` is the OS account the interface ran as (the CLI asks the OS, never a flag)."""
     if not isinstance(answer, dict):
         return {}
+
+    def one(v: dict[str, Any]) -> tuple[str, bool, str | None]:
+        return str(v.get("approver", "")), bool(v.get("approved")), v.get("os_user") or answer.get("os_user")
+
     if "decisions" in answer:
-        return {
-            aid: (str(v.get("approver", "")), bool(v.get("approved")))
-            for aid, v in (answer.get("decisions") or {}).items() if isinstance(v, dict)
-        }
-    return {a["action_id"]: (str(answer.get("approver", "")), bool(answer.get("approved"))) for a in pending}
+        return {aid: one(v) for aid, v in (answer.get("decisions") or {}).items() if isinstance(v, dict)}
+    return {a["action_id"]: one(answer) for a in pending}
 
 
 INVESTIGATION_FAILED = "investigation_failed"

@@ -45,7 +45,10 @@ def replay_incident(store: IncidentStore, incident_id: str, policy_name: str = "
         raise LookupError(f"incident {incident_id!r} has no tape (it was not recorded)")
     tape = Tape.from_jsonl(text, incident_id)
     backend = ReplayBackend(tape)
-    guard_policy = policy_from_dict(tape.meta.get("guard") or {}, source=f"{incident_id}: recorded guard")
+    # The incident's own stored policy; a tape recorded before incidents kept theirs carries it too.
+    stored = store.incident_policy(incident_id)
+    guard_policy = policy_from_dict(stored.policy if stored else tape.meta.get("guard") or {},
+                                    source=f"{incident_id}: recorded guard")
     scratch = IncidentStore(":memory:")
     deps = make_deps(backend, make_policy(policy_name), guard_policy, scratch, cluster=tape.meta.get("cluster", "replay"))
     run = start_incident(deps, tape.meta.get("trigger") or detail.incident.trigger or {},

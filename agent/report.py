@@ -28,4 +28,9 @@ def incident_summary(state: dict[str, Any], status: str) -> str:
             lines.append(f"  {a['tool']} {target}: {VERB.get(a['decision'], a['decision'])}"
                          + (f" ({a['reason']})" if a["decision"] in {"deny", "needs_approval"} else ""))
     lines.append(f"Investigated with {len(state.get('observations') or [])} tool calls.")
+    if d.get("decided_by"):
+        turns = [n for n in state.get("policy_log") or [] if n.get("kind") == "turn"]
+        spent = (f" ({len(turns)} model requests, {sum(n['usage']['input'] for n in turns)} tokens in, "
+                 f"{sum(n['usage']['output'] for n in turns)} out)") if turns else ""
+        lines.append(f"Decided by {d['decided_by']}{spent}.")
     return "\n".join(lines)

@@ -41,11 +41,13 @@ def start_incident(deps: Deps, trigger: dict[str, Any], *, cluster: str, source:
     """Run one incident. With `record`, every tool call and result goes to a tape in the store;
     `opened` means the store already holds the incident (the watch loop claimed it)."""
     incident_id = incident_id or f"inc-{uuid.uuid4().hex[:12]}"
-    if record:
-        meta = {"trigger": trigger, "cluster": cluster, "guard": deps.guard.policy.model_dump(mode="json")}
-        deps = replace(deps, backend=RecordingBackend(deps.backend, Tape(backend=deps.backend.kind, meta=meta)))
     if not opened:
         deps.store.open_incident(cluster, source, trigger, incident_id=incident_id, at=deps.backend.now())
+    # The incident owns the policy it starts under; one started before a crash keeps its own.
+    policy, _ = deps.guard.bind(incident_id)
+    if record:
+        meta = {"trigger": trigger, "cluster": cluster, "guard": policy.model_dump(mode="json")}
+        deps = replace(deps, backend=RecordingBackend(deps.backend, Tape(backend=deps.backend.kind, meta=meta)))
     durable = checkpointer is not None
     graph = build_graph(checkpointer) if durable else _in_memory_graph()
     config = {"configurable": {"thread_id": incident_id}, "recursion_limit": 100}

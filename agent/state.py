@@ -48,6 +48,8 @@ class Diagnosis(BaseModel):
     """Labels something pointed at that did not hold up, and why (what a healthy verdict rests on)."""
     chart: dict[str, Any] | None = None
     """A capacity answer's figures as a chart: {title, hours, series: {name: [value per hour]}, capacity}."""
+    decided_by: str | None = None
+    """Which policy concluded (playbook, llm:MODEL) when more than one could have, and why."""
 
 
 class ActionRecord(BaseModel):
@@ -77,3 +79,5 @@ class IncidentState(TypedDict, total=False):
     actions: list[dict[str, Any]]
     report: str
     status: str
+    policy_log: Annotated[list[dict[str, Any]], operator.add]
+    """What the policy said along the way: a model's turns (text, tool calls, tokens, cost), a handover."""

@@ -75,6 +75,19 @@ CREATE TABLE IF NOT EXISTS deliveries (
 CREATE TABLE IF NOT EXISTS breaker (
     cluster TEXT PRIMARY KEY, tripped BOOLEAN, reason TEXT, tripped_at TIMESTAMP,
     reset_by TEXT, reset_at TIMESTAMP);
+CREATE TABLE IF NOT EXISTS incident_policies (
+    incident_id TEXT PRIMARY KEY, mode TEXT, policy TEXT, sha256 TEXT, "at" TIMESTAMP);
+CREATE TABLE IF NOT EXISTS approval_attempts (
+    incident_id TEXT, action_id TEXT, tool TEXT, approver TEXT, os_user TEXT, approved BOOLEAN,
+    outcome TEXT, reason TEXT, policy_sha256 TEXT, "at" TIMESTAMP);
+CREATE TABLE IF NOT EXISTS observed (
+    incident_id TEXT, kind TEXT, name TEXT, PRIMARY KEY (incident_id, kind, name));
+ALTER TABLE approvals ADD COLUMN IF NOT EXISTS tool TEXT;
+ALTER TABLE approvals ADD COLUMN IF NOT EXISTS args TEXT;
+ALTER TABLE approvals ADD COLUMN IF NOT EXISTS policy_sha256 TEXT;
+ALTER TABLE approvals ADD COLUMN IF NOT EXISTS os_user TEXT;
+ALTER TABLE approvals ADD COLUMN IF NOT EXISTS expires_at TIMESTAMP;
+ALTER TABLE breaker ADD COLUMN IF NOT EXISTS incident_id TEXT;
 """
 
 
@@ -170,6 +183,41 @@ class Approval(_Row):
     approved: bool
     at: datetime
     used: bool
+    tool: str | None = None
+    args: dict[str, Any] | None = None
+    """The action approved, exactly: an approval is good for this tool with these args only."""
+    policy_sha256: str | None = None
+    """The incident's policy it was given under."""
+    os_user: str | None = None
+    """The OS account `crashcart approve` ran as, next to the name given."""
+    expires_at: datetime | None = None
+
+
+class ApprovalAttempt(_Row):
+    """Someone answered (or tried to answer) an approval request, or to reset the breaker."""
+
+    incident_id: str
+    action_id: str | None
+    tool: str | None
+    """The action's tool; `breaker_reset` for a reset."""
+    approver: str | None
+    os_user: str | None
+    approved: bool | None
+    outcome: str
+    """accepted | refused"""
+    reason: str | None
+    policy_sha256: str | None
+    at: datetime
+
+
+class StoredPolicy(_Row):
+    """The guard policy an incident started under: its own, whoever acts on it later."""
+
+    incident_id: str
+    mode: str
+    policy: dict[str, Any]
+    sha256: str
+    at: datetime
 
 
 class Delivery(_Row):
@@ -194,6 +242,8 @@ class BreakerState(_Row):
     tripped_at: datetime | None = None
     reset_by: str | None = None
     reset_at: datetime | None = None
+    incident_id: str | None = None
+    """The incident whose decision tripped it: its policy names who may reset it."""
 
 
 class IncidentDetail(_Row):
@@ -202,6 +252,8 @@ class IncidentDetail(_Row):
     decisions: list[DecisionRecord]
     actions: list[ActionRecord]
     approvals: list[Approval]
+    approval_attempts: list[ApprovalAttempt] = []
+    """Every answer given or refused, with who (name and OS account) and why."""
 
 
 def _db_time(t: datetime | None) -> datetime | None:
@@ -232,8 +284,8 @@ def _loads(s: str | None) -> Any:
     return None if s is None else json.loads(s)
 
 
-_TIME_COLS = {"at", "opened_at", "updated_at", "tripped_at", "reset_at"}
-_JSON_COLS = {"args", "trigger", "diagnosis", "result", "target", "payload"}
+_TIME_COLS = {"at", "opened_at", "updated_at", "tripped_at", "reset_at", "expires_at"}
+_JSON_COLS = {"args", "trigger", "diagnosis", "result", "target", "policy", "payload"}
 
 
 class IncidentStore:
@@ -542,6 +594,7 @@ class IncidentStore:
             approvals=self._rows(
                 Approval, 'SELECT * FROM approvals WHERE incident_id = ? ORDER BY "at"', by_incident
             ),
+            approval_attempts=self.approval_attempts(incident_id),
         )
 
     # --- the journal ----------------------------------------------------------
@@ -654,47 +707,72 @@ class IncidentStore:
         rows = self._rows(BreakerState, "SELECT * FROM breaker WHERE cluster = ?", [cluster])
         return rows[0] if rows else BreakerState(cluster=cluster)
 
-    def trip_breaker(self, cluster: str, reason: str, at: datetime) -> BreakerState:
+    def trip_breaker(self, cluster: str, reason: str, at: datetime, incident_id: str | None = None) -> BreakerState:
         with self.lock:
             # The first trip's reason is the one a person needs; a later one adds nothing.
             if not self.breaker_state(cluster).tripped:
                 self._con.execute(
-                    "INSERT INTO breaker VALUES (?, true, ?, ?, NULL, NULL) ON CONFLICT (cluster) DO UPDATE"
+                    "INSERT INTO breaker (cluster, tripped, reason, tripped_at, incident_id)"
+                    " VALUES (?, true, ?, ?, ?) ON CONFLICT (cluster) DO UPDATE"
                     " SET tripped = true, reason = excluded.reason, tripped_at = excluded.tripped_at,"
-                    " reset_by = NULL, reset_at = NULL",
-                    [cluster, reason, _db_time(at)],
+                    " reset_by = NULL, reset_at = NULL, incident_id = excluded.incident_id",
+                    [cluster, reason, _db_time(at), incident_id],
                 )
             return self.breaker_state(cluster)
 
     def reset_breaker(self, cluster: str, person: str, at: datetime) -> BreakerState:
         with self.lock:
             self._con.execute(
-                "INSERT INTO breaker VALUES (?, false, NULL, NULL, ?, ?) ON CONFLICT (cluster) DO UPDATE"
+                "INSERT INTO breaker (cluster, tripped, reset_by, reset_at) VALUES (?, false, ?, ?)"
+                " ON CONFLICT (cluster) DO UPDATE"
                 " SET tripped = false, reset_by = excluded.reset_by, reset_at = excluded.reset_at",
                 [cluster, person, _db_time(at)],
             )
             return self.breaker_state(cluster)
 
+    def known_clusters(self) -> list[str]:
+        """Every cluster the store has seen: an incident, a watch cursor or a breaker."""
+        with self.lock:
+            rows = self._con.execute(
+                "SELECT cluster FROM incidents UNION SELECT cluster FROM watch"
+                " UNION SELECT cluster FROM breaker ORDER BY cluster").fetchall()
+        return [r[0] for r in rows]
+
     # --- approvals ------------------------------------------------------------
 
     def record_approval(
-        self, action_id: str, incident_id: str, approver: str, approved: bool, at: datetime
+        self, action_id: str, incident_id: str, approver: str, approved: bool, at: datetime,
+        *, tool: str | None = None, args: dict[str, Any] | None = None, policy_sha256: str | None = None,
+        os_user: str | None = None, expires_at: datetime | None = None,
     ) -> None:
         with self.lock:
             self._con.execute(
-                "INSERT INTO approvals VALUES (?, ?, ?, ?, ?, false)",
-                [action_id, incident_id, approver, approved, _db_time(at)],
+                "INSERT INTO approvals (action_id, incident_id, approver, approved, \"at\", used, tool, args,"
+                " policy_sha256, os_user, expires_at) VALUES (?, ?, ?, ?, ?, false, ?, ?, ?, ?, ?)",
+                [action_id, incident_id, approver, approved, _db_time(at), tool, _dumps(args),
+                 policy_sha256, os_user, _db_time(expires_at)],
             )
 
-    def take_approval(self, action_id: str, incident_id: str) -> Approval | None:
-        """The latest unused answer for this action in this incident, marked used; None if none."""
+    def take_approval(
+        self, action_id: str, incident_id: str, *, tool: str | None = None, args: dict[str, Any] | None = None,
+        policy_sha256: str | None = None, now: datetime | None = None,
+    ) -> Approval | None:
+        """The latest unused answer for this action in this incident, marked used; None if none.
+
+        Given the action (tool, args), the policy hash and the time, only an answer given for
+        exactly that action under that policy, and not expired, is taken."""
         with self.lock:
             rows = self._rows(
                 Approval,
-                'SELECT * FROM approvals WHERE action_id = ? AND incident_id = ? AND NOT used'
-                ' ORDER BY "at" DESC LIMIT 1',
+                'SELECT * FROM approvals WHERE action_id = ? AND incident_id = ? AND NOT used ORDER BY "at" DESC',
                 [action_id, incident_id],
             )
+            rows = [
+                a for a in rows
+                if (tool is None or a.tool == tool) and (args is None or a.args == args)
+                and (policy_sha256 is None or a.policy_sha256 == policy_sha256)
+                and (now is None or a.expires_at is None or now < a.expires_at)
+            ]
             if not rows:
                 return None
             a = rows[0]
@@ -704,6 +782,71 @@ class IncidentStore:
                 [action_id, incident_id, a.approver, _db_time(a.at)],
             )
             return a.model_copy(update={"used": True})
+
+    def record_approval_attempt(
+        self, incident_id: str, *, outcome: str, reason: str | None, at: datetime,
+        action_id: str | None = None, tool: str | None = None, approver: str | None = None,
+        os_user: str | None = None, approved: bool | None = None, policy_sha256: str | None = None,
+    ) -> None:
+        """Journal who tried to answer what, and whether the guard accepted it (and why not)."""
+        with self.lock:
+            self._con.execute(
+                "INSERT INTO approval_attempts VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [incident_id, action_id, tool, approver, os_user, approved, outcome, reason,
+                 policy_sha256, _db_time(at)],
+            )
+
+    def approval_attempts(self, incident_id: str) -> list[ApprovalAttempt]:
+        return self._rows(
+            ApprovalAttempt, 'SELECT * FROM approval_attempts WHERE incident_id = ? ORDER BY "at", rowid',
+            [incident_id],
+        )
+
+    # --- the incident's own policy and what its investigation saw ---------------------------
+
+    def save_incident_policy(self, incident_id: str, mode: str, policy_json: str, sha256: str,
+                             at: datetime) -> StoredPolicy:
+        """Store the policy an incident runs under, once: a later save keeps the first."""
+        with self.lock:
+            self._con.execute(
+                "INSERT OR IGNORE INTO incident_policies VALUES (?, ?, ?, ?, ?)",
+                [incident_id, mode, policy_json, sha256, _db_time(at)],
+            )
+            return self.incident_policy(incident_id)
+
+    def incident_policy(self, incident_id: str) -> StoredPolicy | None:
+        rows = self._rows(StoredPolicy, "SELECT * FROM incident_policies WHERE incident_id = ?", [incident_id])
+        return rows[0] if rows else None
+
+    def latest_cluster_policy(self, cluster: str) -> StoredPolicy | None:
+        """The policy of the cluster's most recent incident that stored one."""
+        rows = self._rows(
+            StoredPolicy,
+            "SELECT p.* FROM incident_policies p JOIN incidents i ON i.id = p.incident_id"
+            " WHERE i.cluster = ? ORDER BY i.opened_at DESC, p.\"at\" DESC LIMIT 1",
+            [cluster],
+        )
+        return rows[0] if rows else None
+
+    def trigger_of(self, incident_id: str) -> dict[str, Any] | None:
+        with self.lock:
+            row = self._con.execute('SELECT "trigger" FROM incidents WHERE id = ?', [incident_id]).fetchone()
+        return _loads(row[0]) if row else None
+
+    def record_observed(self, incident_id: str, *, jobs: Any = (), nodes: Any = ()) -> None:
+        """Jobs and nodes the investigation saw in tool results: the only ones a write may name."""
+        rows = [[incident_id, "job", str(j)] for j in jobs] + [[incident_id, "node", str(n)] for n in nodes]
+        if not rows:
+            return
+        with self.lock:
+            marks = ", ".join(["(?, ?, ?)"] * len(rows))
+            self._con.execute(f"INSERT OR IGNORE INTO observed VALUES {marks}", [v for r in rows for v in r])
+
+    def observed(self, incident_id: str) -> set[tuple[str, str]]:
+        """(kind, name) pairs: ("job", "48213"), ("node", "gpu-b07")."""
+        with self.lock:
+            rows = self._con.execute("SELECT kind, name FROM observed WHERE incident_id = ?", [incident_id]).fetchall()
+        return {(k, n) for k, n in rows}
 
     # --- deliveries (agent/notify) --------------------------------------------
 

@@ -69,6 +69,10 @@ class ScenarioResult(BaseModel):
     failures: list[str] = Field(default_factory=list)
     error: str | None = None
     """Set when the scenario could not be loaded or run."""
+    decided_by: str | None = None
+    """llm and auto: which policy concluded, and why."""
+    model: dict[str, Any] | None = None
+    """llm and auto: requests, tokens_in, tokens_out, cost_usd, unpriced, model_latency_ms, retries."""
     transcript: list[dict[str, Any]] = Field(default_factory=list, exclude=True)
 
 
@@ -92,6 +96,8 @@ class EvalSummary(BaseModel):
     """The median tool calls over the same scenarios: what the budgets are measured against."""
     over_budget: int = 0
     """Scenarios that took more calls than their budget (each also counted as failed)."""
+    model_by_family: dict[str, dict[str, float]] = Field(default_factory=dict)
+    """llm and auto: per family, scenarios the model decided, tokens in and out, cost, latency, tool calls."""
 
 
 class EvalReport(BaseModel):
@@ -108,7 +114,8 @@ def _eval_guard():
     return load_policy(EVAL_GUARD)
 
 
-def run_scenario(scenario: Scenario, path: str = "", policy_name: str = "playbook", store: Any = None) -> ScenarioResult:
+def run_scenario(scenario: Scenario, path: str = "", policy_name: str = "playbook", store: Any = None,
+                 model: Any = None) -> ScenarioResult:
     from crashcart.agent.guard import policy_from_dict
     from crashcart.agent.policies import make_policy
     from crashcart.agent.runner import make_deps, start_incident
@@ -123,7 +130,9 @@ def run_scenario(scenario: Scenario, path: str = "", policy_name: str = "playboo
     )
     backend = FixtureBackend(scenario.cluster, scenario.backend)
     store = store or IncidentStore(":memory:")
-    deps = make_deps(backend, make_policy(policy_name), guard_policy, store, cluster=scenario.id)
+    # `model`: provider:model, a Model object (a fake), or a whole policy built by the caller.
+    policy = model if hasattr(model, "next_calls") else make_policy(policy_name, model) if model else make_policy(policy_name)
+    deps = make_deps(backend, policy, guard_policy, store, cluster=scenario.id)
     run = start_incident(deps, scenario.trigger.model_dump(), cluster=scenario.id, source=f"eval:{scenario.id}")
     state = run.state
     d = state.get("diagnosis") or {}
@@ -148,15 +157,20 @@ def run_scenario(scenario: Scenario, path: str = "", policy_name: str = "playboo
     result.failures, result.violations = score(scenario, d, actions, result.tool_calls)
     result.passed = not result.failures
     result.transcript = observations
+    result.decided_by = d.get("decided_by")
+    if policy_name != "playbook":
+        from crashcart.agent.policies.llm import usage_of
+
+        result.model = usage_of(state)
     result.duration_ms = round((time.perf_counter() - started) * 1000, 1)
     return result
 
 
-def _run_file(path: Path, policy_name: str, store: Any) -> tuple[str | None, ScenarioResult]:
+def _run_file(path: Path, policy_name: str, store: Any, model: Any = None) -> tuple[str | None, ScenarioResult]:
     """(the scenario's id, its result); one broken scenario is reported, never raised."""
     try:
         scenario = load_scenario(path)
-        return scenario.id, run_scenario(scenario, str(path), policy_name, store)
+        return scenario.id, run_scenario(scenario, str(path), policy_name, store, model)
     except ScenarioError as e:
         return None, ScenarioResult(id=Path(path).stem, path=str(path), error=str(e), failures=[e.message])
     except Exception as e:  # noqa: BLE001 - the suite goes on; the entry says what broke
@@ -164,11 +178,28 @@ def _run_file(path: Path, policy_name: str, store: Any) -> tuple[str | None, Sce
                                     error=f"{path}: {type(e).__name__}: {e}", failures=["crashed"])
 
 
-def _run_chunk(paths: list[Path], policy_name: str) -> list[tuple[str | None, ScenarioResult]]:
+def _run_chunk(paths: list[Path], policy_name: str, model: Any = None,
+               on_result: Callable[[ScenarioResult], None] | None = None) -> list[tuple[str | None, ScenarioResult]]:
     from crashcart.agent.store import IncidentStore
 
     store = IncidentStore(":memory:")
-    return [_run_file(p, policy_name, store) for p in paths]
+    out = []
+    for p in paths:
+        out.append(_run_file(p, policy_name, store, model))
+        if on_result:
+            on_result(out[-1][1])
+    return out
+
+
+def _run_concurrently(files: list[Path], policy_name: str, model: Any, concurrency: int,
+                      on_result: Callable[[ScenarioResult], None] | None) -> list[list[tuple[str | None, ScenarioResult]]]:
+    """A model's evals wait on the network, not the CPU: threads, each with its own store and policy."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    n = max(1, min(concurrency, len(files)))
+    with ThreadPoolExecutor(n) as pool:
+        return list(pool.map(lambda chunk: _run_chunk(chunk, policy_name, model, on_result),
+                             [files[i::n] for i in range(n)]))
 
 
 def _workers(n_files: int, requested: int | None) -> int:
@@ -189,16 +220,20 @@ def _pool_context():
 
 def run_suite(paths: list[str] | None = None, policy_name: str = "playbook",
               on_result: Callable[[ScenarioResult], None] | None = None,
-              on_start: Callable[[int], None] | None = None, workers: int | None = None) -> EvalReport:
+              on_start: Callable[[int], None] | None = None, workers: int | None = None,
+              model: Any = None, concurrency: int = 4) -> EvalReport:
+    """`model` (provider:model) for the llm and auto policies, run `concurrency` scenarios at a time."""
     started = time.perf_counter()
     files = discover(paths)
     if on_start:
         on_start(len(files))
+    if policy_name != "playbook":
+        outcomes = _run_concurrently(files, policy_name, model, concurrency, on_result)
+        return _report(files, outcomes, None, started)
     n = _workers(len(files), workers)
     chunks = [files[i::n] for i in range(n)] if n > 1 else [files]
     # Small chunks keep the progress bar moving; order is restored below.
     chunks = [c[i:i + 8] for c in chunks for i in range(0, len(c), 8)] if n > 1 else chunks
-    by_path: dict[str, tuple[str | None, ScenarioResult]] = {}
     if n == 1:
         outcomes = [_run_chunk(files, policy_name)]
     else:
@@ -210,6 +245,12 @@ def run_suite(paths: list[str] | None = None, policy_name: str = "playbook",
                 for _, r in outcomes[-1]:
                     if on_result:
                         on_result(r)
+    return _report(files, outcomes, on_result if n == 1 else None, started)
+
+
+def _report(files: list[Path], outcomes: list[list[tuple[str | None, ScenarioResult]]],
+            on_result: Callable[[ScenarioResult], None] | None, started: float) -> EvalReport:
+    by_path: dict[str, tuple[str | None, ScenarioResult]] = {}
     for outcome in outcomes:
         for scenario_id, r in outcome:
             by_path[r.path] = (scenario_id, r)
@@ -223,7 +264,7 @@ def run_suite(paths: list[str] | None = None, policy_name: str = "playbook",
         elif scenario_id is not None:
             seen_ids[scenario_id] = str(path)
         results.append(r)
-        if n == 1 and on_result:
+        if on_result:
             on_result(r)
     return EvalReport(summary=summarize(results, time.perf_counter() - started), scenarios=results)
 
@@ -256,4 +297,21 @@ def summarize(results: list[ScenarioResult], duration_s: float) -> EvalSummary:
         by_family=_tally(results, lambda r: r.family),
         by_backend=_tally(results, lambda r: r.backend),
         by_split=_tally(results, lambda r: r.split),
+        model_by_family=_model_tally(results),
     )
+
+
+def _model_tally(results: list[ScenarioResult]) -> dict[str, dict[str, float]]:
+    out: dict[str, dict[str, float]] = {}
+    for r in results:
+        if r.model is None:
+            continue
+        row = out.setdefault(r.family or "(unloaded)", dict.fromkeys(
+            ("scenarios", "by_model", "requests", "tokens_in", "tokens_out", "cost_usd", "model_latency_ms",
+             "tool_calls"), 0))
+        row["scenarios"] += 1
+        row["by_model"] += int(bool(r.decided_by and r.decided_by.startswith("llm:")))
+        for key in ("requests", "tokens_in", "tokens_out", "cost_usd", "model_latency_ms"):
+            row[key] = round(row[key] + (r.model.get(key) or 0), 6)
+        row["tool_calls"] += r.tool_calls
+    return dict(sorted(out.items()))

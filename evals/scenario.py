@@ -15,7 +15,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import Field, ValidationError, field_validator, model_validator
 
-from crashcart.tools.cluster import Cluster, Strict
+from crashcart.tools.cluster import Cluster, Job, Strict
 from crashcart.tools.yamlio import FileError, describe_validation_error, describe_yaml_error, load_yaml
 
 Backend = Literal["slurm", "kubernetes", "ray"]
@@ -33,6 +33,32 @@ REMEDIES = (
     "escalate_network", "escalate_storage", "escalate_infra", "preempt",
 )
 BUNDLED_DIR = Path(__file__).parent / "scenarios"
+SCENARIO_SUFFIXES = (".yaml", ".yml")
+
+# The schedulers' own words for a job's state (Contract 2: `state` is the scheduler's word).
+# Compared case-insensitively, after Slurm's "CANCELLED by UID" and "+" and Kubernetes' "Init:".
+JOB_STATES = {
+    # Slurm (sacct/squeue)
+    "BOOT_FAIL", "CANCELLED", "COMPLETED", "COMPLETING", "CONFIGURING", "DEADLINE", "FAILED", "LAUNCH_FAILED",
+    "NODE_FAIL", "OUT_OF_MEMORY", "PENDING", "POWER_UP_NODE", "PREEMPTED", "RECONFIG_FAIL", "REQUEUED",
+    "REQUEUE_FED", "REQUEUE_HOLD", "RESIZING", "RESV_DEL_HOLD", "REVOKED", "RUNNING", "SIGNALING", "SPECIAL_EXIT",
+    "STAGE_OUT", "STOPPED", "SUSPENDED", "TIMEOUT", "UPDATE_DB",
+    # Kubernetes: pod phases, container reasons, Job conditions
+    "SUCCEEDED", "UNKNOWN", "CRASHLOOPBACKOFF", "IMAGEPULLBACKOFF", "ERRIMAGEPULL", "OOMKILLED", "EVICTED",
+    "CONTAINERCREATING", "PODINITIALIZING", "ERROR", "TERMINATING", "CREATECONTAINERCONFIGERROR",
+    "CREATECONTAINERERROR", "STARTERROR", "RUNCONTAINERERROR", "INVALIDIMAGENAME", "CONTAINERSTATUSUNKNOWN",
+    "DEADLINEEXCEEDED", "BACKOFFLIMITEXCEEDED", "NODELOST", "SHUTDOWN", "UNEXPECTEDADMISSIONERROR", "PREEMPTING",
+    "SCHEDULINGGATED", "NODEAFFINITY", "OUTOFCPU", "OUTOFMEMORY", "OUTOFPODS",
+    # Ray: jobs and actors; KubeRay: RayCluster states and RayJob deployment statuses
+    "ALIVE", "DEAD", "RESTARTING", "DEPENDENCIES_UNREADY", "PENDING_CREATION",
+    "READY", "UNHEALTHY", "INITIALIZING", "COMPLETE", "SUSPENDING", "RETRYING", "WAITING", "VALIDATIONFAILED", "NEW",
+}
+
+
+def _state_word(state: str) -> str:
+    word = state.strip().split(" by ")[0].rstrip("+").strip()
+    word = word.split(":", 1)[1] if word.lower().startswith("init:") else word
+    return "OUTOFPODS" if word.lower().startswith("outof") else word.upper()
 
 
 class ScenarioError(FileError):
@@ -65,6 +91,17 @@ class ExpectedAction(Strict):
     """A write action to find among those attempted (or, under forbid, not to)."""
 
     tool: str
+
+    @field_validator("tool")
+    @classmethod
+    def _known_tool(cls, v: str) -> str:
+        # A forbid on a misspelt tool can never be violated: it would pass silently forever.
+        from crashcart.tools import REGISTRY
+
+        if v not in REGISTRY.specs:
+            writes = sorted(n for n, spec in REGISTRY.specs.items() if spec.effect == "write")
+            raise ValueError(f"unknown tool {v!r}; write tools: {', '.join(writes)}")
+        return v
     args: dict[str, Any] = Field(default_factory=dict)
     changes: dict[str, Any] = Field(default_factory=dict)
     exclude_nodes: list[str] = Field(default_factory=list)
@@ -130,6 +167,19 @@ class Scenario(Strict):
             raise ValueError(f"trigger.job {self.trigger.job!r} is not among cluster.jobs")
         if self.trigger.node and not self.cluster.node(self.trigger.node):
             raise ValueError(f"trigger.node {self.trigger.node!r} is not among cluster.nodes")
+        job = self.cluster.job(self.trigger.job) if self.trigger.job else None
+        # Other jobs and earlier attempts may name nodes the recording left out (a reclaimed
+        # spot node, the rest of a big job); the incident's own job must be seen where it ran.
+        if job and (missing := [n for n in job.nodes if not self.cluster.node(n)]):
+            raise ValueError(f"cluster.jobs[{job.id}].nodes: the trigger job runs on {', '.join(missing)}, "
+                             "not among cluster.nodes")
+        for where, j in _all_jobs(self.cluster.jobs):
+            if _state_word(j.state) not in JOB_STATES:
+                raise ValueError(f"{where}.state: unknown job state {j.state!r}; the scheduler's own word "
+                                 "(Slurm: FAILED, NODE_FAIL, ...; Kubernetes: Failed, CrashLoopBackOff, ...; Ray: FAILED, ...)")
+            if j.start_time and j.end_time and j.end_time < j.start_time:
+                raise ValueError(f"{where}: end_time {j.end_time.isoformat()} is before start_time "
+                                 f"{j.start_time.isoformat()}")
         return self
 
     @property
@@ -140,6 +190,15 @@ class Scenario(Strict):
     @property
     def split(self) -> str:
         return "holdout" if "holdout" in self.tags else "main"
+
+
+def _all_jobs(jobs: list[Job], prefix: str = "cluster.jobs") -> list[tuple[str, Job]]:
+    out = []
+    for i, j in enumerate(jobs):
+        where = f"{prefix}[{i}:{j.id}]"
+        out.append((where, j))
+        out += _all_jobs(j.attempts, f"{where}.attempts")
+    return out
 
 
 def parse_scenario(text: str, path: str | Path = "<string>") -> Scenario:
@@ -170,7 +229,8 @@ def discover(paths: list[str | Path] | None = None) -> list[Path]:
     files: list[Path] = []
     for root in roots:
         if root.is_dir():
-            files.extend(sorted(p for p in root.rglob("*.yaml") if not p.name.startswith("_")))
+            files.extend(sorted(p for p in root.rglob("*") if p.suffix in SCENARIO_SUFFIXES
+                                and p.is_file() and not p.name.startswith("_")))
         else:
             files.append(root)
     return files

@@ -32,6 +32,7 @@ SignalSource = Literal[
     "throughput",     # the job's latest tokens/s fell min_drop_pct below its earlier median
     "memory_growth",  # a GPU's memory use rose steadily by min_growth_pct over the samples seen
     "node_labels",    # a relevant node's labels, as key=value lines
+    "named_job",      # the trigger names a job the cluster knows (a question about one job)
 ]
 
 Team = Literal["hardware", "network", "infra", "storage", "user", "credentials", "capacity"]

@@ -24,3 +24,15 @@ def write_scenario(tmp_path: Path):
         return path
 
     return write
+
+
+@pytest.fixture(autouse=True)
+def _block_real_models(request):
+    """No test reaches a paid model by accident: requests to anything but loopback are refused
+    unless the test is marked `allow_model_requests`."""
+    from crashcart.agent.policies.llm import _messages
+
+    saved = _messages.ALLOW_MODEL_REQUESTS
+    _messages.ALLOW_MODEL_REQUESTS = request.node.get_closest_marker("allow_model_requests") is not None
+    yield
+    _messages.ALLOW_MODEL_REQUESTS = saved

@@ -66,7 +66,7 @@ class Node(Strict):
     name: str
     state: NodeState = "idle"
     partition: str | None = None
-    gpus: int = 0
+    gpus: int = Field(0, ge=0)
     gpu_model: str | None = None
     labels: dict[str, str] = Field(default_factory=dict)
     taints: list[Taint] = Field(default_factory=list)
@@ -103,7 +103,7 @@ class Job(Strict):
     exit_code: str | None = None
     partition: str | None = None
     nodes: list[str] = Field(default_factory=list)
-    gpus: int = 0
+    gpus: int = Field(0, ge=0)
     submit_time: Time | None = None
     start_time: Time | None = None
     end_time: Time | None = None

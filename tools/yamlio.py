@@ -7,7 +7,36 @@ import yaml
 from pydantic import ValidationError
 
 # libyaml parses about ten times faster; the pure-Python loader is the fallback.
-_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_BASE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+class _StrictLoader(_BASE_LOADER):  # type: ignore[misc, valid-type]
+    """Safe loading, except that a key given twice in one mapping is an error: PyYAML keeps
+    the last one silently, so a second `state:` would quietly win over the first."""
+
+
+def _no_duplicate_keys(loader: yaml.SafeLoader, node: yaml.MappingNode) -> dict[Any, Any]:
+    seen: dict[Any, yaml.Node] = {}
+    for key_node, _ in node.value:
+        if key_node.tag == "tag:yaml.org,2002:merge":
+            continue  # keys merged in with `<<` may be overridden: that is what merging is for
+        key = loader.construct_object(key_node, deep=True)
+        try:
+            first = seen.get(key)
+        except TypeError:  # an unhashable key: the constructor below says so
+            continue
+        if first is not None:
+            raise yaml.constructor.ConstructorError(
+                None, None,
+                f"key {key!r} appears twice in one mapping (first on line {first.start_mark.line + 1})",
+                key_node.start_mark)
+        seen[key] = key_node
+    loader.flatten_mapping(node)
+    return loader.construct_mapping(node, deep=True)
+
+
+_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _no_duplicate_keys)
+_LOADER = _StrictLoader
 
 
 def load_yaml(text: str) -> Any:

@@ -35,7 +35,9 @@ def _fail(message: str, code: int = 2) -> None:
 @app.command("eval")
 def eval_command(
     paths: list[str] = typer.Argument(None, help="Scenario files or folders (default: the bundled suite)"),
-    policy: str = typer.Option("playbook", help="playbook | llm"),
+    policy: Optional[str] = typer.Option(None, help="playbook | llm | auto (default: auto with --model, else playbook)"),
+    model: Optional[str] = typer.Option(None, help="llm and auto: provider:model (openai:..., anthropic:...)"),
+    concurrency: int = typer.Option(4, help="llm and auto: scenarios run at the same time", min=1),
     json_file: Optional[Path] = typer.Option(None, "--json", help="Write the results as JSON here"),
     html_file: Optional[Path] = typer.Option(None, "--html", help="Write a self-contained HTML report here"),
     logs: Optional[bool] = typer.Option(None, "--logs/--no-logs", help="Also score diagnose on evals/logs (default: with the bundled suite)"),
@@ -47,12 +49,19 @@ def eval_command(
     from crashcart.agent.interfaces.scorecard import budget_line, render_scorecard
     from crashcart.evals.runner import run_suite
 
-    if policy != "playbook":
-        _fail(f"policy {policy!r} is not available yet (known: playbook)")
+    policy = policy or ("auto" if model else "playbook")
+    _check_policy(policy, model)
+    from crashcart.evals.scenario import SCENARIO_SUFFIXES, discover
+
     console = _console()
     for p in paths or []:
         if not Path(p).exists():
             _fail(f"{p}: no such file or folder")
+        if Path(p).is_dir() and not discover([p]):
+            _fail(f"{p}: no scenario files here (*{' or *'.join(SCENARIO_SUFFIXES)})")
+    for option, target in (("--json", json_file), ("--html", html_file)):
+        if target is not None:
+            _writable_file(option, target, create_parent=option == "--json")
     with Progress(TextColumn("[bold]eval"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.description}"),
                   TimeElapsedColumn(), console=console, transient=True, disable=quiet) as progress:
         task = progress.add_task("", total=None)
@@ -60,6 +69,7 @@ def eval_command(
             paths or None, policy,
             on_start=lambda n: progress.update(task, total=n),
             on_result=lambda r: progress.update(task, advance=1, description=r.id),
+            model=model, concurrency=concurrency,
         )
     if logs if logs is not None else not paths:
         from crashcart.evals.logcases import run_logs
@@ -83,6 +93,62 @@ def eval_command(
 
         write_html(report, html_file)
         console.print(f"report written to {html_file}", markup=False, highlight=False)
+    if report.summary.errors:
+        # A scenario that could not be loaded or run is not a result: say so in the exit code.
+        console.print(Text(f"{report.summary.errors} scenario(s) could not be loaded or run", style="red"))
+        raise typer.Exit(1)
+
+
+def _writable_file(option: str, target: Path, create_parent: bool = False) -> None:
+    """Fail before any work when an output file cannot be written where it was asked for."""
+    if target.is_dir():
+        _fail(f"{option} {target}: is a folder; give a file name")
+    if not target.parent.is_dir():
+        if create_parent and not target.parent.exists():
+            return
+        _fail(f"{option} {target}: the folder {target.parent} does not exist")
+
+
+def _use_policy(deps, policy: Optional[str], model: Optional[str], config) -> None:
+    """--policy and --model on the target's deps; with neither, auto where cluster.yaml names a model."""
+    configured = (getattr(config, "llm", None) or {}).get("model")
+    policy = policy or ("auto" if model or configured else "playbook")
+    if policy != "playbook" or model:
+        deps.policy = _model_policy(policy, model, config)
+
+
+def _model_policy(policy: str, model: Optional[str], config):
+    """The llm or auto policy, its model and settings from --model and cluster.yaml's llm section."""
+    from crashcart.agent.policies import make_policy
+    from crashcart.agent.policies.llm import LLMConfigError, parse_settings
+
+    try:
+        settings = parse_settings(getattr(config, "llm", None), "cluster.yaml: llm")
+        model = model or settings.model
+        _check_policy(policy, model)
+        return make_policy(policy, model, settings)
+    except LLMConfigError as e:
+        _fail(str(e))
+
+
+def _check_policy(policy: str, model: Optional[str]) -> None:
+    """A policy name and, for llm and auto, a model name that can be used, or a clear error."""
+    from crashcart.agent.policies import POLICIES
+
+    if policy not in POLICIES:
+        _fail(f"policy {policy!r}: one of {', '.join(POLICIES)}")
+    if policy == "playbook":
+        if model:
+            _fail("--model goes with --policy llm or auto")
+        return
+    from crashcart.agent.policies.llm import LLMConfigError, split_model_name
+
+    if not model:
+        _fail(f"--policy {policy} needs --model provider:model (e.g. openai:gpt-4.1, anthropic:claude-sonnet-4-5)")
+    try:
+        split_model_name(model)
+    except LLMConfigError as e:
+        _fail(str(e))
 
 
 @app.command()
@@ -221,6 +287,8 @@ def _open_target(scenario: Optional[str], cluster: Optional[Path], mode: Optiona
         _fail("give either a scenario file (a recorded incident) or --cluster cluster.yaml (a live cluster), not both")
     if cluster and not cluster.exists():
         _fail(f"{cluster}: no such file")
+    if state_dir.exists() and not state_dir.is_dir():
+        _fail(f"--state-dir {state_dir}: is a file, not a folder")
     state_dir.mkdir(parents=True, exist_ok=True)
     store_path = str(state_dir / "incidents.duckdb")
     if cluster:
@@ -249,6 +317,8 @@ def investigate(
     guard: Optional[Path] = typer.Option(None, help="A guard.yaml (default: the scenario's or cluster's, else the built-in dry-run policy)"),
     state_dir: Path = typer.Option(DEFAULT_STATE_DIR, help="Where the incident store and checkpoints live"),
     approver: Optional[str] = typer.Option(None, help="Approve at a prompt as this person when the guard asks"),
+    policy: Optional[str] = typer.Option(None, help="playbook | llm | auto (default: auto where a model is configured)"),
+    model: Optional[str] = typer.Option(None, help="llm and auto: provider:model (default: llm.model in cluster.yaml)"),
 ) -> None:
     """Investigate one incident and print the transcript."""
     from crashcart.agent.interfaces.transcript import render_incident
@@ -258,6 +328,7 @@ def investigate(
         _fail("--job, --node, --text and --kind go with --cluster; a scenario file has its own trigger")
     target = _open_target(scenario, cluster, mode, guard, state_dir)
     name, deps, sc = target.name, target.deps, target.scenario
+    _use_policy(deps, policy, model, target.config)
     if cluster:
         trigger = _live_trigger(kind, job, node, text)
         title, source, again = f"{name}: {_describe(trigger)}", f"cluster:{cluster}", _target_flag(None, cluster)
@@ -277,8 +348,11 @@ def investigate(
     for a in waiting:
         console.print(Text(f"  {a['action_id']}  {a['tool']} {a['args'].get('node') or a['args'].get('job') or ''}"))
     if approver and sys.stdin.isatty():
+        from crashcart.agent.interfaces.os_user import current_os_user
+
         answer = typer.confirm(f"Approve as {approver}?", default=False)
-        run = resume_incident(deps, run.incident_id, {"approver": approver, "approved": answer}, saver)
+        run = resume_incident(deps, run.incident_id,
+                              {"approver": approver, "approved": answer, "os_user": current_os_user()}, saver)
         render_incident(console, run.state, title=f"{title} after approval")
     else:
         console.print(Text(f"approve from any terminal: {approve_command(run.incident_id, again, state_dir)}"
@@ -317,25 +391,53 @@ def _describe(trigger: dict) -> str:
 
 @app.command()
 def approve(
-    incident: str = typer.Argument(..., help="The incident id printed by investigate"),
+    incident: str = typer.Argument(..., help="The incident id printed by investigate or watch"),
     scenario: Optional[str] = typer.Option(None, help="The scenario the incident runs on"),
     cluster: Optional[Path] = typer.Option(None, "--cluster", help="Or the cluster.yaml of the live cluster it runs on"),
-    approver: str = typer.Option(..., help="Who approves (must be allowed by the guard policy)"),
+    approver: str = typer.Option(..., help="Who approves (the incident's guard policy must name them)"),
     reject: bool = typer.Option(False, "--reject", help="Reject instead of approving"),
-    mode: Optional[str] = typer.Option(None, help="The mode the incident ran in"),
-    guard: Optional[Path] = typer.Option(None, help="The guard.yaml the incident ran under"),
+    mode: Optional[str] = typer.Option(None, help="Not needed: the incident keeps the mode it started in (a different one is refused)"),
+    guard: Optional[Path] = typer.Option(None, help="Not needed: the incident keeps its guard policy (a different one is refused)"),
     state_dir: Path = typer.Option(DEFAULT_STATE_DIR),
 ) -> None:
-    """Approve (or reject) the actions an incident waits on, and let it finish."""
+    """Approve (or reject) the actions an incident waits on, and let it finish, under the guard
+    policy and mode the incident started with. Your OS account is journaled next to --approver."""
+    from crashcart.agent.guard import other_policy_flags
+    from crashcart.agent.interfaces.os_user import current_os_user
     from crashcart.agent.interfaces.transcript import render_incident
     from crashcart.agent.runner import pending_approval, resume_incident
 
-    deps = _open_target(scenario, cluster, mode, guard, state_dir).deps
+    if not (state_dir / "incidents.duckdb").exists():
+        _fail(f"{state_dir / 'incidents.duckdb'}: no incident store yet")
+    deps = _open_target(scenario, cluster, None, None, state_dir).deps
+    store, os_user = deps.store, current_os_user()
+    own = deps.guard.policy_for(incident)
+    if own is None:
+        _fail(f"incident {incident} is not in the store" if store.get_incident(incident) is None else
+              f"incident {incident} has no stored guard policy (it began before incidents kept theirs); "
+              "investigate it again")
+    policy, sha = own
+    given = _policy(guard, lambda: None, None) if guard else None
+    differences = other_policy_flags(policy, given, mode)
+    if differences:
+        why = (f"incident {incident} runs under its own guard policy (mode {policy.mode}, sha256 {sha[:12]}): "
+               f"{'; '.join(differences)}. Approve without --guard and --mode; the incident's own policy decides.")
+        store.record_approval_attempt(incident, outcome="refused", reason=why, at=deps.guard.clock(),
+                                      approver=approver, os_user=os_user, approved=not reject, policy_sha256=sha)
+        _fail(why, code=1)
     saver = _checkpointer(state_dir / "checkpoints.sqlite")
     if not pending_approval(deps, incident, saver):
         _fail(f"incident {incident} is not waiting for an approval")
-    run = resume_incident(deps, incident, {"approver": approver, "approved": not reject}, saver)
+    run = resume_incident(deps, incident, {"approver": approver, "approved": not reject, "os_user": os_user}, saver)
     render_incident(_console(), run.state, title=f"{incident} after {'rejection' if reject else 'approval'} by {approver}")
+    # Every waiting action was answered: one still waiting is one the guard refused the answer for.
+    refused = [a for a in run.state.get("actions") or [] if a["decision"] == "needs_approval"]
+    if refused:
+        from rich.markup import escape
+
+        for a in refused:
+            _console().print(f"[red]{escape(a['tool'])}: {escape(a['reason'])}[/]", highlight=False)
+        raise typer.Exit(1)
 
 
 def _open_store(state_dir: Path):
@@ -382,6 +484,8 @@ def export_command(
     from crashcart.evals.export import scenario_from_incident
     from crashcart.tools.tape import Tape
 
+    if out is not None:
+        _writable_file("--out", out)
     store = _open_store(state_dir)
     detail, text = store.get_incident(incident), store.load_tape(incident)
     if detail is None or text is None:
@@ -400,19 +504,24 @@ def export_command(
 def watch(
     scenario: Optional[str] = typer.Argument(None, help="A recorded cluster to watch: a scenario file (fixture backend)"),
     cluster: Optional[Path] = typer.Option(None, "--cluster", help="A cluster.yaml: watch the live cluster"),
-    interval: float = typer.Option(60.0, help="Seconds between polls"),
-    polls: Optional[int] = typer.Option(None, help="Stop after this many polls (default: run until stopped)"),
+    interval: float = typer.Option(60.0, min=0, help="Seconds between polls"),
+    polls: Optional[int] = typer.Option(None, min=1, help="Stop after this many polls (default: run until stopped)"),
     stall_minutes: float = typer.Option(45.0, help="A running job without progress or log output this long is stalled"),
-    lookback_minutes: float = typer.Option(60.0, help="How far back the first poll of a new store looks"),
+    lookback_minutes: float = typer.Option(60.0, min=0, help="How far back the first poll of a new store looks"),
     mode: Optional[str] = typer.Option(None, help="observe | dry_run | autonomous (overrides the guard file)"),
     guard: Optional[Path] = typer.Option(None, help="A guard.yaml (default: the scenario's or cluster's, else the built-in)"),
     state_dir: Path = typer.Option(DEFAULT_STATE_DIR),
+    policy: Optional[str] = typer.Option(None, help="playbook | llm | auto (default: auto where a model is configured)"),
+    model: Optional[str] = typer.Option(None, help="llm and auto: provider:model (default: llm.model in cluster.yaml)"),
 ) -> None:
     """The on-call loop: poll for what changed, one incident per root cause, act through the guard."""
     from crashcart.agent.watch import Watcher, WatchSettings, lifecycle
 
+    if stall_minutes <= 0:
+        _fail(f"--stall-minutes {stall_minutes:g}: must be more than 0")
     target = _open_target(scenario, cluster, mode, guard, state_dir)
     name, deps = target.name, target.deps
+    _use_policy(deps, policy, model, target.config)
     settings = WatchSettings(interval_s=interval, stall_minutes=stall_minutes, lookback_minutes=lookback_minutes)
     watcher = Watcher(deps, cluster=name, checkpointer=_checkpointer(state_dir / "checkpoints.sqlite"), settings=settings)
     console = _console()
@@ -427,7 +536,8 @@ def watch(
             detail = deps.store.get_incident(incident_id)
             views = action_views(detail, deps.store.deliveries(incident_id))
             inc = detail.incident.model_copy(update={"status": lifecycle(detail.incident.status)})
-            for line in watch_lines(inc, views, approve_command(incident_id, flag, state_dir), deps.guard.policy):
+            own = (deps.guard.policy_for(incident_id) or (deps.guard.policy,))[0]  # the incident's own policy
+            for line in watch_lines(inc, views, approve_command(incident_id, flag, state_dir), own):
                 console.print(line, highlight=False)
         if not touched:
             console.print(Text("poll: nothing new", style="dim"))
@@ -505,17 +615,29 @@ def incidents_show(
 @guard_app.command("reset")
 def guard_reset(
     cluster: str = typer.Option(..., help="The cluster whose breaker to reset"),
-    person: str = typer.Option(..., help="Who resets it (journaled)"),
+    person: str = typer.Option(..., help="Who resets it: a person its guard policy names (journaled with your OS account)"),
     state_dir: Path = typer.Option(DEFAULT_STATE_DIR),
 ) -> None:
-    """Reset a tripped blast-radius breaker (a person's decision, journaled)."""
-    from datetime import datetime, timezone
+    """Reset a tripped blast-radius breaker (a person's decision, journaled). Who may is what the
+    policy of the incident that tripped it says (else the cluster's latest incident's policy)."""
+    from crashcart.agent.guard import ApprovalError, Guard, policy_from_dict
+    from crashcart.agent.interfaces.os_user import current_os_user
 
-    from crashcart.agent.store import IncidentStore
-
-    store = IncidentStore(str(state_dir / "incidents.duckdb"))
-    state = store.reset_breaker(cluster, person, datetime.now(timezone.utc))
-    _console().print(f"breaker for {cluster}: tripped={state.tripped} (reset by {person})")
+    store = _open_store(state_dir)
+    known = store.known_clusters()
+    if cluster not in known:
+        _fail(f"unknown cluster {cluster!r} (the store knows: {', '.join(known) or 'no cluster yet'})")
+    state = store.breaker_state(cluster)
+    stored = (store.incident_policy(state.incident_id) if state.incident_id else None) or store.latest_cluster_policy(cluster)
+    if stored is None:
+        _fail(f"no incident of {cluster} stored a guard policy, so nobody is named to reset its breaker")
+    guard = Guard(policy_from_dict(stored.policy, source=f"incident {stored.incident_id}: its stored guard policy"),
+                  store, cluster)
+    try:
+        state = guard.reset_breaker(person, os_user=current_os_user())
+    except ApprovalError as e:
+        _fail(str(e), code=1)
+    _console().print(f"breaker for {cluster}: tripped={state.tripped} (reset by {person})", highlight=False)
 
 
 @guard_app.command("check")
@@ -528,6 +650,8 @@ def guard_check(path: Path = typer.Argument(..., help="A guard.yaml to validate"
     except PolicyError as e:
         _fail(str(e))
     _console().print(f"{path}: ok (mode {policy.mode}, {len(policy.permissions)} permission rules)", markup=False)
+    approvers = ", ".join(a.name for a in policy.approvers) or "nobody (nobody can approve or reset the breaker)"
+    _console().print(f"approvers: {approvers}", highlight=False, markup=False)
 
 
 def main() -> None:
@@ -538,10 +662,11 @@ def main() -> None:
     except Exception as e:
         from crashcart.agent.guard import PolicyError
         from crashcart.playbooks import PlaybookError
+        from crashcart.tools.yamlio import FileError
 
         from crashcart.agent.store import StoreBusy
 
-        if not isinstance(e, (PlaybookError, PolicyError, StoreBusy)):
+        if not isinstance(e, (PlaybookError, PolicyError, FileError, StoreBusy)):
             raise
         _console().print(Text.assemble(("error:", "red"), f" {e}"), highlight=False)
         raise SystemExit(2) from None

@@ -22,7 +22,7 @@ def _table(title: str, rows: dict[str, dict[str, int]]) -> Table:
     table.add_column("", no_wrap=True)
     table.add_column("errors", justify="right")
     for name, row in rows.items():
-        table.add_row(name, f"{row['passed']}/{row['total']}", _bar(row["passed"], row["total"]),
+        table.add_row(Text(name), f"{row['passed']}/{row['total']}", _bar(row["passed"], row["total"]),
                       str(row["errors"]) if row["errors"] else "")
     return table
 
@@ -33,6 +33,8 @@ def render_scorecard(console: Console, report) -> None:
     console.print(_table("scorecard by backend", s.by_backend))
     if len(s.by_split) > 1:
         console.print(_table("scorecard by split", s.by_split))
+    if s.model_by_family:
+        console.print(_model_table(s.model_by_family))
     failed = [r for r in report.scenarios if not r.passed]
     if failed:
         table = Table(title="not passed")
@@ -40,7 +42,8 @@ def render_scorecard(console: Console, report) -> None:
             table.add_column(col, overflow="fold")
         for r in failed:
             got = r.error or f"{r.diagnosis} / {r.remedy} / {r.root_cause}"
-            table.add_row(r.id, got, "; ".join(r.failures[:4]))
+            # Ids, errors and failures quote files and logs: Text, never markup.
+            table.add_row(Text(r.id), Text(got), Text("; ".join(r.failures[:4])))
         console.print(table)
     if report.logs is not None:
         render_log_scores(console, report.logs)
@@ -68,7 +71,7 @@ def render_log_scores(console: Console, logs) -> None:
     for col in ("family", "family right", "", "remedy right"):
         table.add_column(col, justify="right" if col.endswith("right") else "left")
     for name, row in s.by_family.items():
-        table.add_row(name, f"{row['family_ok']}/{row['total']}", _bar(row["family_ok"], row["total"]),
+        table.add_row(Text(name), f"{row['family_ok']}/{row['total']}", _bar(row["family_ok"], row["total"]),
                       f"{row['remedy_ok']}/{row['total']}")
     console.print(table)
     cols, rows = confusion_rows(s)
@@ -82,3 +85,18 @@ def render_log_scores(console: Console, logs) -> None:
     console.print(matrix)
     console.print(f"log verdicts: family {s.family_accuracy:.1%}, remedy {s.remedy_accuracy:.1%} "
                   f"right on {s.total} logs ({s.real_excerpts} real excerpts), {s.errors} errors")
+
+
+def _model_table(rows: dict[str, dict[str, float]]) -> Table:
+    table = Table(title="the model, by family")
+    for col in ("family", "decided", "requests", "tokens in", "tokens out", "cost $", "model s", "tool calls"):
+        table.add_column(col, justify="left" if col == "family" else "right")
+    total = {k: 0.0 for k in next(iter(rows.values()))}
+    for name, r in [*rows.items(), ("all", total)]:
+        if name != "all":
+            for k, v in r.items():
+                total[k] += v
+        table.add_row(name, f"{int(r['by_model'])}/{int(r['scenarios'])}", str(int(r["requests"])),
+                      f"{int(r['tokens_in']):,}", f"{int(r['tokens_out']):,}", f"{r['cost_usd']:.4f}",
+                      f"{r['model_latency_ms'] / 1000:.1f}", str(int(r["tool_calls"])))
+    return table

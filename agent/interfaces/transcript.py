@@ -33,7 +33,11 @@ def render_incident(console: Console, state: dict[str, Any], title: str = "") ->
     trigger = state.get("trigger") or {}
     console.print(Text.assemble(("trigger", "bold"), f" {trigger.get('kind')}",
                                 *[f"  {k}={trigger[k]!r}" for k in ("job", "node", "text") if trigger.get(k)]))
-    for obs in state.get("observations") or []:
+    if any(n.get("kind") in {"turn", "decided"} for n in state.get("policy_log") or []):
+        from crashcart.agent.interfaces.model_turns import render_model_turns
+
+        render_model_turns(console, state, _trim)
+    for obs in [] if state.get("policy_log") else state.get("observations") or []:
         head = Text(f"#{obs['seq']:>2} {obs['tool']}({args_text(obs.get('args') or {})})", style="bold blue")
         body = Text(_trim(obs.get("text") or "") if obs.get("ok") else f"error: {obs.get('error')}",
                     style="" if obs.get("ok") else "red")
@@ -48,6 +52,8 @@ def render_incident(console: Console, state: dict[str, Any], title: str = "") ->
                           f"remedy={d.get('remedy')}  confidence={d.get('confidence')}"),
             Text(d.get("summary") or ""),
         ]
+        if d.get("decided_by"):
+            lines.append(Text(f"decided by {d['decided_by']}", style="cyan"))
         if d.get("evidence"):
             lines.append(Text("evidence:", style="bold"))
             lines += [Text(f"  {e}", style="yellow") for e in d["evidence"][:8]]

@@ -241,20 +241,23 @@ def binding_constraint(ev: Evidence) -> tuple[str, list[str], dict[str, Any]]:
         base.append(f"half an hour into {len(samples)} waits, {no_room} found fewer GPUs free than they asked for "
                     f"(median {idle:.0f} free of {total})")
     checks = [
-        ("a QOS/account GPU cap (GrpTRES)", lambda: _qos_cap(ev, scoped, demand, idle)),
-        ("the Kueue ClusterQueue quota", lambda: _kueue_quota(ev)),
-        ("the autoscaler's max_workers", lambda: _autoscaler_max(ev)),
-        ("fair share", lambda: _fair_share(ev, scoped, text, rows)),
+        ("qos_cap", "a QOS/account GPU cap (GrpTRES)", lambda: _qos_cap(ev, scoped, demand, idle)),
+        ("kueue_quota", "the Kueue ClusterQueue quota", lambda: _kueue_quota(ev)),
+        ("autoscaler_max", "the autoscaler's max_workers", lambda: _autoscaler_max(ev)),
+        ("fair_share", "fair share", lambda: _fair_share(ev, scoped, text, rows)),
     ]
-    found = next(((what, lines) for what, check in checks if (lines := check())), None)
-    chart = {"title": "GPUs waiting and running by hour of day (UTC, average over "
+    found = next(((key, what, lines) for key, what, check in checks if (lines := check())), None)
+    # `binds` names what the answer rests on (also in the diagnosis' signals).
+    chart = {"binds": "unknown", "title": "GPUs waiting and running by hour of day (UTC, average over "
                       f"{demand.days} days)", "hours": list(range(24)),
              "series": {"waiting": demand.waiting, "running": everyone.running}, "capacity": total}
     if found:
-        what, lines = found
+        key, what, lines = found
+        chart["binds"] = key
         return (f"jobs wait at {demand.window()} because {what} binds, not the cluster's size: "
                 f"{lines[0]}.", lines + base, chart)
     if samples and no_room >= FULL_SHARE * len(samples):
+        chart["binds"] = "capacity"
         return (f"jobs wait at {demand.window()} because every GPU is busy then: {no_room} of {len(samples)} waits "
                 f"found fewer GPUs free than they asked for (median {idle:.0f} of {total} free); no scheduler limit "
                 "binds, only capacity.", base, chart)

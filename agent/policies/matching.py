@@ -234,6 +234,8 @@ def signal_hits(idx: int, sig: Signal, pattern, ev: Evidence) -> list[Hit]:
             running = facts is not None and facts.state.upper() in RUNNING_STATES
             if minutes is not None and running and minutes >= (sig.min_minutes or 30):
                 hits.append(Hit(idx, f"job:{j}", f"job {j}: no new step for {minutes:.0f} min", f"training_progress:{j}"))
+    elif sig.where == "named_job":
+        hits += [Hit(idx, f"job:{j}", f"the trigger names job {j}", "trigger") for j in focus if j in ev.jobs]
     elif sig.where == "trigger":
         kind, text = ev.trigger.get("kind", ""), ev.trigger.get("text") or ""
         if (sig.values and kind in sig.values) or (pattern and pattern.search(text)):

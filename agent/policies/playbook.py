@@ -28,6 +28,9 @@ from crashcart.tools._spec import REGISTRY, ToolCall
 MAX_NODES_PER_STEP = 16
 MAX_PEER_JOBS = 6
 MAX_ATTEMPT_LOGS = 2
+
+# What a pod shows when the node under it stopped answering (the kubelet can no longer report it).
+LOST_POD_STATES = {"UNKNOWN", "NODELOST"}
 SUSPICIOUS = re.compile(
     r"\b(\w*error|\w*exception|traceback|fatal|failed|killed|abort|timed? ?out|panic|segfault|nan\b|oom)",
     re.I,
@@ -99,6 +102,9 @@ class PlaybookPolicy:
                 calls.append(ToolCall(tool="kubectl_events", args={"object": f"node/{node}"}))
         for job in ev.focus_jobs():
             calls += self._job_calls(job, ev, backend)
+        if any(r.state.upper() in LOST_POD_STATES for j in ev.focus_jobs() for r in ev.replicas(j)):
+            # A peer pod whose node stopped answering: are its nodes down, one or several together?
+            calls.append(self._node_listing(backend, {}))
         for job in ev.upstream_jobs():
             calls += self._job_calls(job, ev, backend, upstream=True)
         if t["kind"] == "job_stalled":
@@ -242,6 +248,8 @@ class PlaybookPolicy:
         if label.analysis:
             answer, lines, chart = ANALYSES[label.analysis](ev)
             summary, evidence = f"{label.title}: {answer}", lines + evidence
+            if chart and chart.get("binds"):
+                signals.append(f"analysis#{chart['binds']}")
         changes: dict[str, Any] = {}
         remedy_kind = remedy.kind
         if remedy.kind == "resubmit_with_changes" and ev.focus_jobs():

@@ -17,6 +17,8 @@ backend under test talks to it through the official `kubernetes` client and noth
 - `pods/log` serves `previous`, `tailLines`, `sinceSeconds`, `timestamps` and `container`;
 - deleting a batch/v1 Job without a propagationPolicy orphans its pods, as the real
   default does; Background/Foreground deletes them (the garbage collector's work);
+- `pods/exec` over a WebSocket (the v4 channel protocol the client's stream() speaks):
+  stdout, stderr and the exit status on the error channel, from `Store.exec` handlers;
 - merge and strategic-merge patches (no list-merge keys: what crashcart patches are maps
   and scalars) and JSON patches; a JSON-patch content type with an object body is refused
   the way the real server refuses it.
@@ -29,7 +31,9 @@ Run `python kube_apiserver.py` to serve an empty cluster on a free loopback port
 
 from __future__ import annotations
 
+import base64
 import copy
+import hashlib
 import json
 import random
 import re
@@ -232,6 +236,8 @@ class Store:
         self.history = history
         self.resources = {r.plural if not r.group else f"{r.group}/{r.plural}": r for r in BUILTIN}
         self.logs: dict[tuple[str, str, str, bool], list[tuple[datetime, str]]] = {}
+        self.exec: dict[tuple[str, str], Any] = {}
+        """(namespace, pod) -> fn(command: list[str]) -> (stdout, stderr, exit code), for pods/exec."""
         self.requests: list[tuple[str, str, dict[str, list[str]], Any]] = []
         """(method, path, query, body) of every request, for tests to assert on."""
         self.latency = 0.0
@@ -428,6 +434,8 @@ class Handler(BaseHTTPRequestHandler):
                 return self._send(201, store.create(res, ns, body or {}))
             if sub == "log" and method == "GET":
                 return self._log(ns, name, q)
+            if sub == "exec" and method in ("GET", "POST"):
+                return self._exec(ns, name, query)
             if sub == "eviction" and method == "POST":
                 return self._evict(ns, name, body or {})
             if sub not in (None, "status"):
@@ -470,14 +478,11 @@ class Handler(BaseHTTPRequestHandler):
         store = self.server.store
         keep = self._selected(res, ns, q)
         with store.cond:
+            # Stored objects are replaced, never changed in place, so a shallow snapshot is consistent.
             items = [o for o in store.items(res, ns) if keep(o)]
             rv = str(store.rv)
-            payload = json.dumps(items)  # snapshot under the lock: writers change objects in place
-        items = json.loads(payload)
-        if res in BUILTIN:
-            for o in items:  # built-in list items carry no kind/apiVersion
-                o.pop("kind", None)
-                o.pop("apiVersion", None)
+        if res in BUILTIN:  # built-in list items carry no kind/apiVersion
+            items = [{k: v for k, v in o.items() if k not in ("kind", "apiVersion")} for o in items]
         return {"kind": f"{res.kind}List", "apiVersion": res.api_version,
                 "metadata": {"resourceVersion": rv}, "items": items}
 
@@ -585,6 +590,44 @@ class Handler(BaseHTTPRequestHandler):
         stamps = q.get("timestamps", "").lower() == "true"
         text = "".join((f"{t.strftime('%Y-%m-%dT%H:%M:%S.%fZ')} " if stamps else "") + l + "\n" for t, l in lines)
         self._send(200, text, "text/plain")
+
+    def _exec(self, ns: str, name: str, query: dict[str, list[str]]) -> None:
+        store = self.server.store
+        store.get(store.resources["pods"], ns, name)
+        if (self.headers.get("Upgrade") or "").lower() != "websocket":
+            raise ApiError(status(400, "BadRequest", "Upgrade request required"))
+        handler = store.exec.get((ns, name))
+        command = query.get("command") or []
+        if handler is None:
+            out, err, rc = b"", f"OCI runtime exec failed: exec failed: unable to start container process: exec: \"{command[0] if command else ''}\": executable file not found in $PATH: unknown\r\n".encode(), 126
+        else:
+            out, err, rc = handler(command)
+            out, err = (x.encode() if isinstance(x, str) else x for x in (out, err))
+        accept = base64.b64encode(hashlib.sha1((self.headers["Sec-WebSocket-Key"] + "258EAFA5-E914-47DA-95CA-C5AB0DC85B11").encode()).digest())
+        self.send_response(101, "Switching Protocols")
+        self.send_header("Upgrade", "websocket")
+        self.send_header("Connection", "Upgrade")
+        self.send_header("Sec-WebSocket-Accept", accept.decode())
+        self.send_header("Sec-WebSocket-Protocol", "v4.channel.k8s.io")
+        self.end_headers()
+        if rc == 0:
+            result = {"metadata": {}, "status": "Success"}
+        else:
+            result = {"metadata": {}, "status": "Failure", "reason": "NonZeroExitCode",
+                      "message": f"command terminated with non-zero exit code: error executing command {command}: exit status {rc}",
+                      "details": {"causes": [{"reason": "ExitCode", "message": str(rc)}]}}
+        for channel, data in ((1, out), (2, err), (3, json.dumps(result).encode())):
+            if data:
+                self._frame(0x2, bytes([channel]) + data)
+        self._frame(0x8, (1000).to_bytes(2, "big"))
+        self.close_connection = True
+
+    def _frame(self, opcode: int, payload: bytes) -> None:
+        n = len(payload)
+        head = bytes([0x80 | opcode])
+        head += bytes([n]) if n < 126 else (bytes([126]) + n.to_bytes(2, "big") if n < 65536 else bytes([127]) + n.to_bytes(8, "big"))
+        self.wfile.write(head + payload)
+        self.wfile.flush()
 
     def _evict(self, ns: str, name: str, body: dict[str, Any]) -> None:
         store = self.server.store

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from crashcart.agent.interfaces.os_user import current_os_user
 from crashcart.agent.store import IncidentStore
 from crashcart.evals.scenario import BUNDLED_DIR, load_scenario
 
@@ -126,14 +127,20 @@ def test_a_wrong_approver_in_another_process_leaves_it_waiting(tmp_path: Path, g
     incident = investigate(tmp_path, state_dir, guard_file)
 
     refused = approve(tmp_path, state_dir, guard_file, incident, "mallory")
-    assert refused.returncode == 0, refused.stderr + refused.stdout
+    # A refused approval is an error for whoever ran it, and says why.
+    assert refused.returncode == 1, refused.stderr + refused.stdout
     row = table_row(refused.stdout, "node_drain")
     assert "needs_approval" in row and "mallory may not approve" in row
     assert "executed:" not in row
+    assert "approval refused" in refused.stdout
     with IncidentStore(state_dir / "incidents.duckdb") as store:
         detail = store.get_incident(incident)
+        [attempt] = store.approval_attempts(incident)
     assert detail.approvals == [] and not [a for a in detail.actions if a.tool == "node_drain"]
     assert detail.incident.status == "awaiting_approval"
+    assert (attempt.approver, attempt.os_user, attempt.outcome, attempt.tool) == (
+        "mallory", current_os_user(), "refused", "node_drain")
+    assert detail.approval_attempts == [attempt]  # part of the incident's record
 
     # Still waiting: a third process, the right person, and the drain runs.
     approved = approve(tmp_path, state_dir, guard_file, incident, "alice")
@@ -154,3 +161,75 @@ def test_a_rejection_from_another_process_denies_the_drain(tmp_path: Path, guard
     assert not [a for a in detail.actions if a.tool == "node_drain"]
     [approval] = detail.approvals
     assert (approval.approver, approval.approved, approval.used) == ("alice", False, True)
+
+
+# --- an incident owns its policy (issue 8) -------------------------------------------------
+
+
+@pytest.fixture
+def dry_run_scenario(tmp_path: Path) -> Path:
+    """The guarded-drain scenario with the built-in policy's shape: dry_run unless told otherwise,
+    node drains need a person, and alice is that person."""
+    data = yaml.safe_load(SCENARIO.read_text())
+    data["guard"] = {"mode": "dry_run", "permissions": [{"tool": "*"}],
+                     "approval": [{"tool": "node_drain"}], "approvers": ["alice"]}
+    path = tmp_path / "scenario.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def watch_once(tmp_path: Path, state_dir: Path, scenario: Path) -> str:
+    run = crashcart("watch", scenario, "--mode", "autonomous", "--polls", "1", "--state-dir", state_dir, cwd=tmp_path)
+    assert run.returncode == 0, run.stderr + run.stdout
+    found = re.search(r"(inc-[0-9a-f]{12}) +awaiting_approval", run.stdout)
+    assert found, run.stdout
+    return found.group(1)
+
+
+def test_the_readme_flow_runs_the_approved_drain(tmp_path: Path, dry_run_scenario: Path):
+    """`watch S --mode autonomous`, then `approve INC --scenario S --approver alice`: the incident
+    ran autonomous, so the approved drain runs (it used to become a dry run under the file's mode)."""
+    state_dir = tmp_path / "state"
+    incident = watch_once(tmp_path, state_dir, dry_run_scenario)
+    approved = crashcart("approve", incident, "--scenario", dry_run_scenario, "--approver", "alice",
+                         "--state-dir", state_dir, cwd=tmp_path)
+    assert approved.returncode == 0, approved.stderr + approved.stdout
+    row = table_row(approved.stdout, "node_drain")
+    assert " allow " in row and f"executed: scontrol update NodeName={BAD_NODE} State=DRAIN" in row
+    with IncidentStore(state_dir / "incidents.duckdb") as store:
+        stored = store.incident_policy(incident)
+        detail = store.get_incident(incident)
+    assert stored.mode == "autonomous"
+    assert [a.args["node"] for a in detail.actions if a.tool == "node_drain"] == [BAD_NODE]
+    [approval] = detail.approvals
+    assert (approval.approver, approval.os_user, approval.policy_sha256) == ("alice", current_os_user(), stored.sha256)
+
+
+def test_approve_with_another_guard_or_mode_is_refused_and_journaled(tmp_path: Path, dry_run_scenario: Path):
+    state_dir = tmp_path / "state"
+    incident = watch_once(tmp_path, state_dir, dry_run_scenario)
+    evil = tmp_path / "evil.yaml"
+    evil.write_text(yaml.safe_dump({"mode": "autonomous", "permissions": [{"tool": "*"}],
+                                    "approval": [{"tool": "node_drain", "approvers": ["mallory"]}]}))
+    talked = crashcart("approve", incident, "--scenario", dry_run_scenario, "--approver", "mallory",
+                       "--guard", evil, "--state-dir", state_dir, cwd=tmp_path)
+    assert talked.returncode == 1, talked.stderr + talked.stdout
+    assert f"incident {incident} runs under its own guard policy" in talked.stdout
+    assert "executed:" not in talked.stdout and "Traceback" not in talked.stdout + talked.stderr
+    other_mode = crashcart("approve", incident, "--scenario", dry_run_scenario, "--approver", "alice",
+                           "--mode", "dry_run", "--state-dir", state_dir, cwd=tmp_path)
+    assert other_mode.returncode == 1, other_mode.stderr + other_mode.stdout
+    assert "mode dry_run" in other_mode.stdout and "mode autonomous" in other_mode.stdout
+    with IncidentStore(state_dir / "incidents.duckdb") as store:
+        attempts = store.approval_attempts(incident)
+        detail = store.get_incident(incident)
+    assert [(a.approver, a.outcome) for a in attempts] == [("mallory", "refused"), ("alice", "refused")]
+    assert "--guard" in attempts[0].reason and "--mode" in attempts[1].reason
+    assert detail.approvals == [] and not [a for a in detail.actions if a.tool == "node_drain"]
+    assert detail.incident.status == "awaiting_approval"
+
+    # The same flags as the incident's own are no refusal, and the drain runs.
+    same = crashcart("approve", incident, "--scenario", dry_run_scenario, "--approver", "alice",
+                     "--mode", "autonomous", "--state-dir", state_dir, cwd=tmp_path)
+    assert same.returncode == 0, same.stderr + same.stdout
+    assert "executed: scontrol update" in table_row(same.stdout, "node_drain")

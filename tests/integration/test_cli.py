@@ -106,7 +106,7 @@ def test_eval_reports_a_broken_file_and_goes_on(runner, tmp_path):
     (tmp_path / "b-bad.yaml").write_text("id: bad\ntitle: [oops\n")
     out = tmp_path / "out.json"
     result = invoke(runner, "eval", tmp_path, "--json", out)
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 1, result.output  # goes on, and says so in the exit code (issue 8)
     assert "1/2 passed" in result.output
     data = json.loads(out.read_text())
     bad = next(e for e in data["scenarios"] if e["error"])

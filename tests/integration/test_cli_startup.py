@@ -3,7 +3,7 @@
 import subprocess
 import sys
 
-HEAVY = ("langgraph", "duckdb", "langchain_core", "pydantic", "yaml")
+HEAVY = ("langgraph", "duckdb", "langchain_core", "pydantic", "yaml", "openai", "anthropic")
 
 
 def test_cli_module_imports_nothing_heavy():

@@ -1,7 +1,7 @@
 """A cluster that cannot be investigated is an outcome, not a clean bill of health (issue 8, item 5).
 
 Each case is a real way for a live Slurm cluster to be out of reach, through the real backend:
-slurm.conf missing (the real `sacct`/`scontrol` fail, or are absent), and the login node down
+slurm.conf empty (the real `sacct`/`scontrol` fail, or are absent), and the login node down
 (SSH to a port nobody listens on). Before the fix each came out "healthy: no fault found",
 status closed, exit 0.
 """
@@ -30,7 +30,10 @@ def _closed_port() -> int:
 
 def _cluster(tmp_path: Path, how: str) -> Path:
     if how == "no-slurm-conf":
-        slurm = {"connection": {"method": "local"}, "env": {"SLURM_CONF": str(tmp_path / "missing" / "slurm.conf")}}
+        # An empty slurm.conf fails at once; a missing one makes the real client retry for 60 s first.
+        conf = tmp_path / "slurm.conf"
+        conf.write_text("")
+        slurm = {"connection": {"method": "local"}, "env": {"SLURM_CONF": str(conf)}}
     elif how == "no-slurm-commands":
         slurm = {"connection": {"method": "local"}, "env": {"PATH": str(tmp_path / "empty-bin")}}
     else:

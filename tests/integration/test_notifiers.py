@@ -197,7 +197,8 @@ def test_a_wrong_smtp_password_is_a_dead_letter_that_does_not_show_it(smtp_serve
     monkeypatch.setenv("SMTP_PASSWORD", "wrong-" + PASSWORD)
     store = _store()
     mail = parse_notifiers([{"kind": "email", "host": "127.0.0.1", "port": controller.port, "username": "crashcart",
-                             "password_env": "SMTP_PASSWORD", "sender": "c@example.org", "to": ["x@example.org"]}])
+                             "password_env": "SMTP_PASSWORD", "sender": "c@example.org", "to": ["x@example.org"],
+                             "timeout": 2}])  # aiosmtpd stalls after a refused login; no need to wait 15 s
     Dispatcher(store, mail, sleep=lambda s: None).deliver("c", "inc-7", ESCALATION, AT)
     assert inbox.messages == []
     [row] = [d for d in store.deliveries("inc-7") if d.notifier == "email"]
@@ -235,9 +236,11 @@ def test_an_investigation_that_failed_is_escalated_through_the_cluster_notifiers
     controller, inbox = smtp_server
     monkeypatch.setenv("SMTP_PASSWORD", PASSWORD)
     down = f"http://127.0.0.1:{_free_port()}/hooks/down"
+    conf = tmp_path / "slurm.conf"
+    conf.write_text("")  # no cluster configured: every Slurm command fails at once
     config = {
         "name": "unreachable", "backend": "slurm",
-        "slurm": {"connection": {"method": "local"}, "env": {"SLURM_CONF": str(tmp_path / "missing.conf")}},
+        "slurm": {"connection": {"method": "local"}, "env": {"SLURM_CONF": str(conf)}},
         "guard": {"mode": "autonomous", "permissions": [{"tool": "escalate"}]},
         "notifiers": [
             {"kind": "webhook", "name": "pager-hook", "url": down, "retries": 1, "backoff_seconds": 0},

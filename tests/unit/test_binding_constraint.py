@@ -6,7 +6,7 @@ from datetime import datetime, timedelta, timezone
 
 from crashcart.agent.policies.capacity import demand_forecast
 from crashcart.agent.policies.constraint import binding_constraint, gpus_in, hourly_demand
-from crashcart.agent.policies.evidence import Evidence
+from crashcart.agent.policies.evidence import Evidence, build_evidence
 
 NOW = datetime(2026, 6, 10, 11, 0, tzinfo=timezone.utc)  # before the hours the jobs use: each hour occurs on 2 days
 
@@ -84,3 +84,20 @@ def test_forecast_without_earlier_use_claims_no_trend():
     summary, lines = demand_forecast(ev)
     assert "+0%" not in summary and "no trend" in summary
     assert any("no use before, so no trend" in line for line in lines)
+
+
+def test_a_chat_about_one_named_job_is_not_a_capacity_review():
+    from crashcart.agent.policies.matching import match_label
+    from crashcart.playbooks import load_playbooks
+
+    entry = load_playbooks()["capacity_binding_constraint"]
+    rows = [job(1, 1, 13, 15, 18), job(2, 2, 13, 15, 18)]
+    ev = evidence(rows, text="why do our jobs wait every afternoon?")
+    assert match_label(entry, ev) is not None
+    named = evidence(rows, text="why does job 2 keep waiting every afternoon?")
+    named.jobs = build_evidence([{"tool": "list_jobs", "args": {}, "ok": True, "text": "",
+                                  "data": {"rows": [dict(r, submit_time=r["submit_time"].isoformat(),
+                                                         start_time=r["start_time"].isoformat(),
+                                                         end_time=r["end_time"].isoformat()) for r in rows]}}],
+                                named.trigger, NOW).jobs
+    assert named.focus_jobs() == ["2"] and match_label(entry, named) is None

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from crashcart.agent.policies.evidence import Evidence, JobFacts
+from crashcart.agent.policies.evidence import Evidence, JobFacts, call_key
 from crashcart.agent.policies.fanout import bound
 from crashcart.tools._spec import ToolCall
 
@@ -52,3 +52,27 @@ def test_a_running_job_is_probed_everywhere_at_once():
 def test_one_node_jobs_are_not_bounded():
     wanted = calls("kernel_log", NODES[:1]) + calls("nvidia_smi_query", NODES[:1])
     assert bound(wanted, evidence(nodes=NODES[:1]), []) == wanted
+
+
+def test_a_node_listed_or_described_is_not_listed_again():
+    ev = evidence()
+    ev.calls.add(call_key("sinfo", {}))
+    described = [ToolCall(tool="kubectl_describe", args={"kind": "node", "name": "g1"}),
+                 ToolCall(tool="kubectl_get_nodes", args={"node": "g1"})]
+    listed = [ToolCall(tool="sinfo", args={"node": "g2"}), ToolCall(tool="kernel_log", args={"node": "g2"})]
+    kept = bound(described + listed, ev, [Pointing("g1", "g2")])
+    assert [(c.tool, c.args) for c in kept] == [
+        ("kubectl_describe", {"kind": "node", "name": "g1"}), ("kernel_log", {"node": "g2"})]
+
+
+def test_describe_adds_nothing_once_every_node_is_listed_and_its_events_read():
+    ev = evidence()
+    ev.calls |= {call_key("kubectl_get_nodes", {}), call_key("kubectl_events", {"object": "node/g1"})}
+    wanted = [ToolCall(tool="kubectl_describe", args={"kind": "node", "name": "g1"})]
+    assert bound(wanted, ev, [Pointing("g1")]) == []
+
+
+def test_listing_a_namespace_defers_the_probes_even_on_one_known_node():
+    ev = evidence(nodes=["g1"])
+    wanted = [ToolCall(tool="list_jobs", args={"partition": "team"})] + calls("gpu_metrics", ["g1"])
+    assert [c.tool for c in bound(wanted, ev, [])] == ["list_jobs"]

@@ -58,10 +58,22 @@ def make_policy(**over) -> GuardPolicy:
     return policy_from_dict(data, "test-policy")
 
 
+# Contract 4: a write may name only what the investigation observed. These tests are about the
+# other rules, so their incidents have seen every job and node they name.
+SEEN_JOBS = ["48213", "1", "2", "9"]
+SEEN_NODES = [f"gpu-{i}" for i in range(1, 10)]
+
+
+def seen(s: IncidentStore, *incidents: str) -> IncidentStore:
+    for incident in incidents or (INC, "inc-2", "inc-3"):
+        s.record_observed(incident, jobs=SEEN_JOBS, nodes=SEEN_NODES)
+    return s
+
+
 @pytest.fixture
 def store():
     with IncidentStore() as s:
-        yield s
+        yield seen(s)
 
 
 @pytest.fixture
@@ -172,7 +184,7 @@ def test_an_approval_tier_in_dry_run_mode_is_a_dry_run(store, clock):
 
 def test_every_decision_is_journaled_and_committed_before_check_returns(tmp_path, clock):
     path = tmp_path / "j.duckdb"
-    with IncidentStore(path) as s:
+    with seen(IncidentStore(path)) as s:
         g = guard(s, clock)
         for pair in (resubmit(), resubmit(partition="a100"), drain()):
             d = check(g, pair)
@@ -250,10 +262,16 @@ def test_an_approval_is_checked_again_against_the_breaker(store, clock):
     assert store.breaker_state("c1").tripped
 
 
-def test_an_approval_answered_by_a_dry_run_guard_runs_nothing(store, clock):
+def test_an_approval_answered_by_a_dry_run_guard_still_runs_under_the_incidents_policy(store, clock):
+    # The incident asked under an autonomous policy; a guard holding another answers by that one.
     d = check(guard(store, clock), drain())
     answer = guard(store, clock, mode="dry_run").approve(d.action_id, INC, "alice", True)
-    assert answer.decision == "dry_run"
+    assert answer.decision == "allow"
+
+
+def test_an_approval_under_a_dry_run_incident_runs_nothing(store, clock):
+    g = guard(store, clock, mode="dry_run", approval=[{"tool": "node_drain", "approvers": ["alice"]}])
+    assert check(g, drain()).decision == "dry_run"  # a dry run never even asks
 
 
 # --- the circuit breaker --------------------------------------------------------
@@ -306,7 +324,7 @@ def test_a_partitions_only_unavailable_node_may_always_go(store, clock):
 
 def test_a_tripped_breaker_persists_across_a_new_guard_on_the_same_file(tmp_path, clock):
     path = tmp_path / "crashcart.duckdb"
-    with IncidentStore(path) as s:
+    with seen(IncidentStore(path)) as s:
         g = no_tiers(s, clock)
         check(g, drain("gpu-1"))
         check(g, drain("gpu-2"))
@@ -382,8 +400,8 @@ SMUGGLED = {
 def test_args_cannot_smuggle_policy(store, clock):
     dry = guard(store, clock, mode="dry_run")
     before = dry.policy.model_dump()
-    assert check(dry, resubmit(**SMUGGLED)).decision == "dry_run"
-    assert check(guard(store, clock, mode="observe"), resubmit(**SMUGGLED)).decision == "deny"
+    assert check(dry, resubmit(**SMUGGLED), "inc-2").decision == "dry_run"
+    assert check(guard(store, clock, mode="observe"), resubmit(**SMUGGLED), "inc-3").decision == "deny"
 
     auto = guard(store, clock)
     call = ToolCall(tool="resubmit", args={"job": "1", **SMUGGLED})
@@ -436,7 +454,7 @@ def test_policy_errors_name_the_file_and_the_field(tmp_path):
     assert "permissions[0].partition: unknown field" in msg
 
     bad.write_text("escalation:\n  default_team: janitors\n")
-    with pytest.raises(PolicyError, match=r"guard\.yaml: escalation\.default_team"):
+    with pytest.raises(PolicyError, match=r"guard\.yaml: escalation\.default_team: .* \(line 2\)"):
         load_policy(bad)
     bad.write_text("mode: [unclosed\n")
     with pytest.raises(PolicyError, match="line 2, column 1: not valid YAML"):

@@ -82,18 +82,23 @@ def kube_server():
 def lab(kube_server, tmp_path) -> Lab:
     kube_server.store = Store()
     kubeconfig = tmp_path / "kubeconfig"
-    # A kubeconfig like any other; the server is plain HTTP on loopback, so no credentials.
+    # A kubeconfig like any other (plain HTTP on loopback, so no credentials). Its current
+    # context leads nowhere: every test reaches the server only because the settings name
+    # the `loopback` context.
     kubeconfig.write_text(f"""apiVersion: v1
 kind: Config
 clusters:
 - name: loopback
   cluster:
     server: {kube_server.url}
+- name: nowhere
+  cluster:
+    server: http://127.0.0.1:1
 contexts:
 - name: loopback
   context: {{cluster: loopback, user: crashcart, namespace: default}}
 - name: elsewhere
-  context: {{cluster: loopback, user: crashcart, namespace: other}}
+  context: {{cluster: nowhere, user: crashcart}}
 current-context: elsewhere
 users:
 - name: crashcart

@@ -219,7 +219,10 @@ class SlurmLab:
         for line in self.cli("sacct", "-n", "-X", "-P", "-a", "-S", "now-1days", "-o", "JobID,State").splitlines():
             job, state = line.split("|", 1)
             accounted[job] = state
-        known = set(accounted) | {line.split("|")[0] for line in self.cli("squeue", "-h", "-o", "%i|%T").splitlines()}
+        # `squeue -t all` also lists jobs that ended in the last MinJobAge seconds from slurmctld's
+        # memory: a job that just ended is known before slurmdbd has written it to accounting.
+        queue = self.cli("squeue", "-h", "-t", "all", "-o", "%i|%T").splitlines()
+        known = set(accounted) | {line.split("|")[0] for line in queue} | set(watched)
         # slurmctld's word for the watched jobs: accounting may not list a new one yet.
         return {"nodes": nodes, "jobs": known, "watched": {j: self.job(j).get("JobState") for j in watched}}
 

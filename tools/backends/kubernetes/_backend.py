@@ -31,6 +31,8 @@ from crashcart.tools.catalog import (
 )
 from crashcart.tools.cluster import Job, Node
 
+NODE_EVENTS = "default"
+"""The namespace the node controller and the kubelet record a node's events in."""
 _STATE_WORDS = {"PD": "PENDING", "R": "RUNNING", "F": "FAILED", "CD": "SUCCEEDED", "COMPLETED": "SUCCEEDED"}
 
 
@@ -149,9 +151,9 @@ class KubernetesBackend(Backend):
         uid = parse.meta(workload).get("uid")
         pods = self.api.list(POD, ns)[0]
         owned: set[str] = {uid}
-        # Two levels: a PyTorchJob owns its pods; a JobSet owns Jobs that own pods.
-        for child_kind in (JOB,):
-            for child in self.api.list(child_kind, ns)[0]:
+        # Two levels: a PyTorchJob owns its pods; a JobSet owns Jobs, a RayJob a RayCluster, that own pods.
+        for child_kind in (JOB, WORKLOADS["raycluster"]):
+            for child in self.api.list_if_served(child_kind, ns):
                 if any(r.get("uid") == uid for r in parse.meta(child).get("ownerReferences") or []):
                     owned.add(parse.meta(child)["uid"])
         return [p for p in pods if any(r.get("uid") in owned for r in parse.meta(p).get("ownerReferences") or [])]
@@ -290,6 +292,8 @@ class KubernetesBackend(Backend):
     # --- read tools: Kubernetes objects -----------------------------------------------------
 
     def events_about(self, kind: str, name: str, namespace: str | None) -> list:
+        if kind == "Node":
+            namespace = NODE_EVENTS  # whatever namespaces crashcart watches
         fields = f"involvedObject.name={name},involvedObject.kind={kind}"
         return sorted((parse.event(e) for e in self.api.list(EVENT, namespace, fields=fields)[0]), key=lambda e: e.time)
 
@@ -335,12 +339,13 @@ class KubernetesBackend(Backend):
         wanted = (a.object or "").strip()
         kind, _, name = render.event_parts(wanted) if "/" in wanted else ("", None, wanted)
         raw: list[dict[str, Any]] = []
+        namespace = a.namespace or (NODE_EVENTS if kind.lower() == "node" else None)
         if name:
             exact = fields + [f"involvedObject.name={name}"]
-            raw = self.api.list(EVENT, a.namespace, fields=",".join(exact))[0]
+            raw = self.api.list(EVENT, namespace, fields=",".join(exact))[0]
         if not raw:
             # Not an exact name: kubectl's user would grep; so does this.
-            raw = self.api.list(EVENT, a.namespace, fields=",".join(fields) or None)[0]
+            raw = self.api.list(EVENT, namespace, fields=",".join(fields) or None)[0]
         events = [parse.event(e) for e in raw]
         since = render.aware(a.since) if a.since else None
         needle = wanted.lower()
@@ -375,25 +380,38 @@ class KubernetesBackend(Backend):
         return (f"crashcart: {what} of node {node} is not available: this cluster config sets no node access "
                 "(kubernetes.node_access.method: daemonset names a pod on every GPU node to run it in)")
 
-    def _node_exec(self, node: str, command: list[str]) -> str | None:
-        """Run a command in the configured DaemonSet's pod on `node`; None when not configured."""
+    def _node_exec(self, node: str, command: list[str], what: str) -> str | None:
+        """Run a command in the configured DaemonSet's pod on `node` (pods/exec); its stdout,
+        or None when no node access is configured."""
         access = self.settings.node_access
         if access.method != "daemonset":
             return None
         pods = self.api.list(POD, access.namespace, labels=access.selector, fields=f"spec.nodeName={node}")[0]
         if not pods:
-            raise ToolError(f"no pod of the node-access DaemonSet ({access.selector} in {access.namespace}) runs on node {node}")
+            raise ToolError(f"no pod of the node-access DaemonSet ({access.selector} in namespace {access.namespace}) "
+                            f"runs on node {node}, so {what} cannot be read there")
         from kubernetes.client import CoreV1Api
+        from kubernetes.client.rest import ApiException
         from kubernetes.stream import stream
 
         m = parse.meta(pods[0])
-        return stream(CoreV1Api(self.api.client).connect_get_namespaced_pod_exec, m["name"], m["namespace"],
-                      command=command, container=access.container, stderr=True, stdin=False, stdout=True, tty=False,
-                      _request_timeout=self.settings.connection.request_timeout)
+        try:
+            resp = stream(CoreV1Api(self.api.client).connect_get_namespaced_pod_exec, m["name"], m["namespace"],
+                          command=command, container=access.container, stderr=True, stdin=False, stdout=True,
+                          tty=False, _preload_content=False)
+            resp.run_forever(timeout=self.settings.connection.request_timeout)
+            out, err, rc = resp.read_stdout() or "", resp.read_stderr() or "", resp.returncode
+            resp.close()
+        except ApiException as e:
+            raise ToolError(f"{what} of node {node}: exec in pod {m['namespace']}/{m['name']} failed: {e.reason}") from None
+        if rc:
+            raise ToolError(f"{what} of node {node}: `{' '.join(command)}` in pod {m['namespace']}/{m['name']} "
+                            f"exited {rc}: {err.strip()[-300:]}")
+        return out
 
     def _tool_nvidia_smi_query(self, a: NodeInput) -> GpuOutput:
         self.node(a.node)
-        out = self._node_exec(a.node, ["nvidia-smi", f"--query-gpu={render.NVIDIA_SMI_QUERY}", "--format=csv"])
+        out = self._node_exec(a.node, ["nvidia-smi", f"--query-gpu={render.NVIDIA_SMI_QUERY}", "--format=csv"], "nvidia-smi")
         if out is None:
             return GpuOutput(node=a.node, text=self._unavailable(a.node, "nvidia-smi"), gpus=[])
         from crashcart.tools.backends.slurm._parse import nvidia_smi_samples
@@ -410,7 +428,7 @@ class KubernetesBackend(Backend):
 
     def _tool_kernel_log(self, a: NodeLogInput) -> NodeLogOutput:
         self.node(a.node)
-        out = self._node_exec(a.node, ["sh", "-c", f"dmesg -T 2>/dev/null | tail -n {self.settings.max_log_lines}"])
+        out = self._node_exec(a.node, ["dmesg", "-T"], "the kernel log")
         if out is None:
             return NodeLogOutput(node=a.node, text=self._unavailable(a.node, "the kernel log"), total_lines=0)
         text, truncated, total = render.bound_lines(out.splitlines(), a.tail, a.grep, a.since,

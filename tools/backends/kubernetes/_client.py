@@ -230,9 +230,9 @@ class Api:
         self.call("POST", self.path(POD, namespace, name, "eviction"), body=body, what=f"evict pod {namespace}/{name}")
 
     def log(self, namespace: str, pod: str, container: str | None, previous: bool = False,
-            tail: int | None = None, since_seconds: int | None = None) -> str:
+            tail: int | None = None, since_seconds: int | None = None, timestamps: bool = False) -> str:
         query = {"container": container, "previous": "true" if previous else None,
-                 "tailLines": tail, "sinceSeconds": since_seconds}
+                 "tailLines": tail, "sinceSeconds": since_seconds, "timestamps": "true" if timestamps else None}
         return self.call("GET", self.path(POD, namespace, pod, "log"), query,
                          what=f"logs of pod {namespace}/{pod}" + (" (previous container)" if previous else ""))
 

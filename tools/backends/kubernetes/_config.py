@@ -75,6 +75,9 @@ class KubernetesSettings(_Strict):
     drain: Drain = Drain()
     pending_minutes: float = Field(10, ge=0)
     """watch: a pod Pending this long with a FailedScheduling event is reported."""
+    stall_check_pods: int = Field(200, ge=0)
+    """watch: at most this many running GPU pods have their log's last line read per poll (a pod
+    whose log grew is not read again until it could have stalled); 0 turns stall checks off."""
     watch_seconds: int = Field(1, ge=1, le=60)
     """watch: how long each poll's watch stream stays open for changes."""
     max_log_lines: int = Field(20000, ge=100)

@@ -8,6 +8,10 @@ FailedScheduling events, one field-selected request each.
 
 One incident per root cause: the pods of one workload that fail together are one failure
 (the first of them speaks for the rest).
+
+Stalls: Kubernetes records no training progress, so a running GPU pod's own log is its
+heartbeat. The last line (with the kubelet's timestamp) of each running GPU pod old enough to
+have stalled is read; a pod whose log moved is not read again until it could have stalled.
 """
 
 from __future__ import annotations
@@ -17,9 +21,10 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from crashcart.tools import render
+from crashcart.tools._spec import ToolError
 from crashcart.tools.backends.base import STUCK_PENDING_REASONS, ClusterChanges
 from crashcart.tools.backends.kubernetes import _parse as parse
-from crashcart.tools.backends.kubernetes._client import NODE, POD, Kind
+from crashcart.tools.backends.kubernetes._client import JOB, NODE, POD, Kind
 
 if TYPE_CHECKING:
     from crashcart.tools.backends.kubernetes._backend import KubernetesBackend
@@ -28,10 +33,12 @@ FAILED = {"Failed", "CrashLoopBackOff"}
 
 
 class Cache:
-    """One resource's objects by namespace/name, and the resourceVersion they are current at."""
+    """One resource's objects in one namespace (or cluster-wide) by namespace/name, and the
+    resourceVersion they are current at (each namespace watched from its own list's version)."""
 
-    def __init__(self, kind: Kind):
+    def __init__(self, kind: Kind, namespace: str | None = None):
         self.kind = kind
+        self.namespace = namespace
         self.objects: dict[str, dict[str, Any]] = {}
         self.rv: str | None = None
         self.relists = 0
@@ -45,41 +52,73 @@ class Cache:
         if self.rv is None:
             self.relist(api)
             return
-        namespaces = (api.settings.namespaces or [None]) if self.kind.namespaced else [None]
-        for ns in namespaces:
-            for event in api.watch(self.kind, ns, self.rv, seconds):
-                kind, obj = event.get("type"), event.get("object") or {}
-                if kind == "ERROR":
-                    if obj.get("code") == 410:  # Expired: what we hold may have missed changes
-                        self.relist(api)
-                        return
-                    raise RuntimeError(f"watch {self.kind.plural}: {obj.get('reason')}: {obj.get('message')}")
-                rv = parse.meta(obj).get("resourceVersion")
-                if kind == "DELETED":
-                    self.objects.pop(self.key(obj), None)
-                elif kind in ("ADDED", "MODIFIED"):
-                    self.objects[self.key(obj)] = obj
-                if rv:
-                    self.rv = rv
+        for event in api.watch(self.kind, self.namespace, self.rv, seconds):
+            kind, obj = event.get("type"), event.get("object") or {}
+            if kind == "ERROR":
+                if obj.get("code") == 410:  # Expired: what we hold may have missed changes
+                    self.relist(api)
+                    return
+                raise ToolError(f"watch {self.kind.plural}: {obj.get('reason')}: {obj.get('message')}")
+            rv = parse.meta(obj).get("resourceVersion")
+            if kind == "DELETED":
+                self.objects.pop(self.key(obj), None)
+            elif kind in ("ADDED", "MODIFIED"):
+                self.objects[self.key(obj)] = obj
+            if rv:
+                self.rv = rv
 
     def relist(self, api) -> None:
-        items, rv = api.list(self.kind)
+        items, rv = api.list(self.kind, self.namespace)
         self.objects = {self.key(o): o for o in items}
         self.rv = rv
         self.relists += 1
 
 
+class Caches:
+    """One resource over the namespaces crashcart watches: a Cache each."""
+
+    def __init__(self, kind: Kind, namespaces: list[str]):
+        self.caches = [Cache(kind, ns) for ns in (namespaces if kind.namespaced and namespaces else [None])]
+
+    def sync(self, api, seconds: int) -> None:
+        for c in self.caches:
+            c.sync(api, seconds)
+
+    @property
+    def objects(self) -> dict[str, dict[str, Any]]:
+        if len(self.caches) == 1:
+            return self.caches[0].objects
+        return {k: v for c in self.caches for k, v in c.objects.items()}
+
+    @property
+    def rv(self) -> str | None:
+        return self.caches[0].rv if len(self.caches) == 1 else ",".join(str(c.rv) for c in self.caches)
+
+    @rv.setter
+    def rv(self, value: str | None) -> None:
+        for c in self.caches:
+            c.rv = value
+
+    @property
+    def relists(self) -> int:
+        return sum(c.relists for c in self.caches)
+
+
 class Informer:
     def __init__(self, backend: KubernetesBackend):
         self.b = backend
-        self.pods = Cache(POD)
-        self.nodes = Cache(NODE)
+        spaces = backend.settings.namespaces
+        self.pods = Caches(POD, spaces)
+        self.nodes = Caches(NODE, spaces)
+        self.jobs = Caches(JOB, spaces)
+        self.quiet_until: dict[str, datetime] = {}
+        """Pods whose log moved recently: not read again before this time."""
 
     def sync(self) -> None:
         seconds = self.b.settings.watch_seconds
-        # The two watches wait side by side: a poll costs one watch window, not two.
-        with ThreadPoolExecutor(max_workers=2) as pool:
-            for f in [pool.submit(c.sync, self.b.api, seconds) for c in (self.pods, self.nodes)]:
+        # The watches wait side by side: a poll costs one watch window, not three.
+        with ThreadPoolExecutor(max_workers=3) as pool:
+            for f in [pool.submit(c.sync, self.b.api, seconds) for c in (self.pods, self.nodes, self.jobs)]:
                 f.result()
 
     def changes_since(self, since: datetime, stall_minutes: float) -> ClusterChanges:
@@ -110,6 +149,17 @@ class Informer:
                     reason == "Unschedulable" and now - created >= pending_after and self._failed_scheduling(pod))
                 if stuck:
                     changes.pending.append(parse.job_row(parse.pod_job(pod, labels, config={})))
+        for job in self.jobs.objects.values():
+            # A Job that failed with no failed pod left to show it (DeadlineExceeded deletes them).
+            failed = next((c for c in (job.get("status") or {}).get("conditions") or []
+                           if c.get("type") == "Failed" and c.get("status") == "True"), None)
+            group = f"{parse.meta(job).get('namespace')}/{parse.meta(job)['name']}"
+            if failed and group not in seen_workloads and (parse.when(failed.get("lastTransitionTime")) or now) > since:
+                seen_workloads.add(group)
+                row = parse.workload_job(job, "Job", labels).model_copy(
+                    update={"end_time": parse.when(failed.get("lastTransitionTime")), "config": {}})
+                changes.failed.append(parse.job_row(row))
+        changes.stalled = self.stalled(now, timedelta(minutes=stall_minutes))
         running = {(p.get("spec") or {}).get("nodeName") for p in self.pods.objects.values()
                    if (p.get("status") or {}).get("phase") == "Running"}
         for raw in self.nodes.objects.values():
@@ -117,6 +167,34 @@ class Informer:
             if node.state in ("down", "not_ready"):
                 changes.nodes_down.append(parse.node_row(node))
         return changes
+
+    def stalled(self, now: datetime, stall: timedelta) -> list:
+        rows, budget = [], self.b.settings.stall_check_pods
+        for key, pod in self.pods.objects.items():
+            if budget <= 0:
+                break
+            state, _, _, _ = parse.pod_state(pod)
+            started = parse.when((pod.get("status") or {}).get("startTime"))
+            if state != "Running" or not started or now - started < stall or not parse.gpus_of(pod.get("spec") or {}):
+                continue
+            if self.quiet_until.get(key, started) > now:
+                continue
+            budget -= 1
+            m = parse.meta(pod)
+            try:
+                text = self.b.api.log(m["namespace"], m["name"], parse.main_container(pod).get("name"), tail=1, timestamps=True)
+            except ToolError:
+                continue  # a log that cannot be read proves nothing
+            try:
+                stamp = parse.when(text.split(" ", 1)[0][:19] + "Z") if text.strip() else None
+            except ValueError:
+                continue  # no kubelet timestamp on the line: nothing to tell time by
+            last = stamp or started
+            if now - last >= stall:
+                rows.append(parse.job_row(parse.pod_job(pod, self.b.settings.user_labels, config={})))
+            else:
+                self.quiet_until[key] = last + stall
+        return rows
 
     def _failed_scheduling(self, pod: dict[str, Any]) -> bool:
         m = parse.meta(pod)

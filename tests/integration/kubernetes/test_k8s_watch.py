@@ -17,7 +17,7 @@ from crashcart.agent.policies import make_policy
 from crashcart.agent.runner import make_deps
 from crashcart.agent.store import IncidentStore
 from crashcart.agent.watch import Watcher, WatchSettings
-from test_agent import ALLOW_ALL, oom_job
+from test_k8s_agent import ALLOW_ALL, oom_job
 
 
 def failures(lab):
@@ -118,3 +118,54 @@ def test_watch_cluster_export_and_eval_end_to_end(lab, tmp_path):
     result = _cli("eval", str(out), "--json", str(tmp_path / "eval.json"), cwd=tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
     assert json.loads((tmp_path / "eval.json").read_text())["scenarios"][0]["passed"] is True
+
+
+def test_a_running_gpu_pod_whose_log_stopped_is_stalled(lab):
+    lab.add(k.node("gpu-a01"))
+    for name in ("hung-0", "busy-0"):
+        lab.add(k.pod(name, started=k.ago(hours=2)))
+    lab.store.set_log("train", "hung-0", [(k.ago(minutes=90), "step 100 loss 2.1"), (k.ago(minutes=61), "step 110 loss 2.0")])
+    lab.store.set_log("train", "busy-0", [(k.ago(minutes=2), "step 900 loss 1.7")])
+    b = lab.backend()
+    changes = b.changes_since(b.now() - timedelta(minutes=1), stall_minutes=45)
+    assert [r.job for r in changes.stalled] == ["hung-0"]
+    reads = lambda: [p for _, p, q, _ in lab.store.requests if p.endswith("/log")]  # noqa: E731
+    assert sorted(reads()) == ["/api/v1/namespaces/train/pods/busy-0/log", "/api/v1/namespaces/train/pods/hung-0/log"]
+    again = b.changes_since(b.now() - timedelta(minutes=1), stall_minutes=45)
+    assert [r.job for r in again.stalled] == ["hung-0"]
+    assert reads().count("/api/v1/namespaces/train/pods/busy-0/log") == 1  # its log moved: not read again yet
+
+
+def test_a_job_that_failed_without_pods_is_one_failure(lab):
+    lab.add(k.node("gpu-a01"))
+    j = lab.add(k.job("nightly-eval"))
+    lab.update(j, lambda o: o["status"].update(conditions=[
+        {"type": "FailureTarget", "status": "True", "reason": "DeadlineExceeded", "message": "Job was active longer than specified deadline",
+         "lastProbeTime": k.ts(k.ago(seconds=40)), "lastTransitionTime": k.ts(k.ago(seconds=40))},
+        {"type": "Failed", "status": "True", "reason": "DeadlineExceeded", "message": "Job was active longer than specified deadline",
+         "lastProbeTime": k.ts(k.ago(seconds=30)), "lastTransitionTime": k.ts(k.ago(seconds=30))}], failed=1))
+    j2 = lab.add(k.job("ft"))
+    lab.update(j2, lambda o: o["status"].update(conditions=[
+        {"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded", "message": "Job has reached the specified backoff limit",
+         "lastTransitionTime": k.ts(k.ago(seconds=20))}]))
+    lab.add(k.pod("ft-abcde", owner=lab.get("batch/v1", "Job", "train", "ft"), phase="Failed",
+                  state=k.terminated("OOMKilled", 137, k.ago(minutes=5), k.ago(seconds=25))))
+    b = lab.backend()
+    changes = b.changes_since(b.now() - timedelta(minutes=5), 45)
+    assert sorted((r.job, r.state, r.reason) for r in changes.failed) == [
+        ("ft-abcde", "Failed", "OOMKilled"), ("nightly-eval", "Failed", "DeadlineExceeded")]
+
+
+def test_each_watched_namespace_is_listed_and_watched_from_its_own_version(lab):
+    lab.add(k.node("gpu-a01"))
+    lab.add(k.pod("a-0", namespace="train"))
+    lab.add(k.pod("elsewhere-0", namespace="kube-system", phase="Failed",
+                  state=k.terminated("Error", 1, k.ago(minutes=2), k.ago(seconds=10))))
+    b = lab.backend(namespaces=["train", "research"])
+    assert b.changes_since(b.now() - timedelta(minutes=5), 45).failed == []
+    lab.add(k.pod("r-0", namespace="research", phase="Failed", state=k.terminated("OOMKilled", 137, k.ago(minutes=2), k.ago(seconds=5))))
+    assert [r.job for r in b.changes_since(b.now() - timedelta(minutes=5), 45).failed] == ["r-0"]
+    pod_paths = sorted({p for m, p, q, _ in lab.store.requests if p.endswith("/pods")})
+    assert pod_paths == ["/api/v1/namespaces/research/pods", "/api/v1/namespaces/train/pods"]
+    watched = [(p, q["resourceVersion"][0]) for m, p, q, _ in lab.store.requests if q.get("watch") and p.endswith("/pods")]
+    assert {p for p, _ in watched} == set(pod_paths)

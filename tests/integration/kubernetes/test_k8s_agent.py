@@ -113,7 +113,8 @@ def test_not_ready_node_is_cordoned_and_a_pdb_blocked_eviction_is_not_forced(lab
     lab.add(k.event(bad, "NodeNotReady", "Node gpu-a03 status is now: NodeNotReady", component="node-controller", type_="Normal"))
     lab.add(k.pod("serve-0", node_name="gpu-a03", labels={"app": "serve", "user": "svc"}))
     lab.add(k.pdb("serve-pdb", "train", {"app": "serve"}, allowed=0))
-    state = run_agent(lab.backend(), {"kind": "node_alert", "node": "gpu-a03"}, tmp_path / "s.duckdb")
+    # Watching one namespace: the node's events (recorded in `default`) are still found.
+    state = run_agent(lab.backend(namespaces=["train"]), {"kind": "node_alert", "node": "gpu-a03"}, tmp_path / "s.duckdb")
     assert state["diagnosis"]["label"] == "node_failure", state["diagnosis"]
     drain = actions(state, "node_drain")
     assert [(a["args"]["node"], a["decision"], a["result"]["ok"]) for a in drain] == [("gpu-a03", "allow", False)]

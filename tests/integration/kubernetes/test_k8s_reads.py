@@ -137,3 +137,64 @@ def test_unreachable_api_server_is_a_clear_error(lab, tmp_path):
     b = lab.backend(connection={"kubeconfig": str(bad), "context": "loopback", "request_timeout": 2})
     with pytest.raises(ToolError, match="cannot be reached"):
         run(b, "kubectl_get_nodes")
+
+
+def test_a_rayjob_speaks_through_its_raycluster_pods(lab):
+    lab.store.install_crd("rayjobs", "rayclusters")
+    lab.add(k.node("gpu-a01"))
+    tmpl = {"spec": k.pod_spec(None, k.container(name="ray-worker", args=["--batch_size=64"]))}
+    rj = lab.add({"apiVersion": "ray.io/v1", "kind": "RayJob", "metadata": {"name": "sweep", "namespace": "train"},
+                  "spec": {"entrypoint": "python sweep.py", "rayClusterSpec": {
+                      "headGroupSpec": {"rayStartParams": {}, "template": tmpl},
+                      "workerGroupSpecs": [{"groupName": "gpu", "replicas": 4, "minReplicas": 0, "maxReplicas": 4,
+                                            "rayStartParams": {}, "template": tmpl}]}},
+                  "status": {"jobStatus": "FAILED", "jobDeploymentStatus": "Failed", "reason": "AppFailed"}})
+    rc = lab.add({"apiVersion": "ray.io/v1", "kind": "RayCluster", "metadata": {"name": "sweep-raycluster-x7k2p", "namespace": "train",
+                  "ownerReferences": [{"apiVersion": "ray.io/v1", "kind": "RayJob", "name": "sweep", "uid": rj["metadata"]["uid"], "controller": True}]},
+                  "spec": rj["spec"]["rayClusterSpec"]})
+    lab.add(k.pod("sweep-raycluster-x7k2p-gpu-worker-abcde", owner=rc, phase="Failed",
+                  state=k.terminated("OOMKilled", 137, k.ago(minutes=9), k.ago(minutes=2))))
+    b = lab.backend()
+    cfg = run(b, "job_config", job="sweep").config
+    assert (cfg["batch_size"], cfg["replicas"]) == (64, 4)
+    row = run(b, "kubectl_describe", kind="rayjob", name="sweep", namespace="train").job
+    assert (row.state, row.nodes) == ("Failed", ["gpu-a01"])
+    out = run(b, "resubmit", job="sweep-raycluster-x7k2p-gpu-worker-abcde", reason="x", changes={"memory_limit_gi": 128})
+    new = lab.get("ray.io/v1", "RayJob", "train", out.new_job)
+    groups = new["spec"]["rayClusterSpec"]
+    assert [g["template"]["spec"]["containers"][0]["resources"]["limits"]["memory"]
+            for g in [groups["headGroupSpec"], *groups["workerGroupSpecs"]]] == ["128Gi", "128Gi"]
+
+
+def test_node_commands_run_in_the_configured_daemonset_pod(lab):
+    from crashcart.tools import render
+    from crashcart.tools.cluster import GpuSample
+
+    lab.add(k.node("gpu-a01"))
+    lab.add(k.node("gpu-a02"))
+    ds = {"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "nvidia-driver-daemonset", "uid": "ds1"}}
+    lab.add(k.pod("nvidia-driver-daemonset-8x2kq", namespace="gpu-operator", node_name="gpu-a01", owner=ds,
+                  labels={"app": "nvidia-driver-daemonset"}, c=k.container(name="nvidia-driver-ctr", gpus=0)))
+    csv = "\n".join(render.nvidia_smi_csv([GpuSample(index=i, temperature_c=41, power_w=110.5, sm_clock_mhz=1980, util_pct=0,
+                                                     memory_used_mib=0, memory_total_mib=81559, ecc_uncorrected=0,
+                                                     remapped_rows_pending=0) for i in range(7)], "NVIDIA H100 80GB HBM3"))
+    dmesg = ("[Mon Nov 24 21:02:11 2026] NVRM: Xid (PCI:0000:9b:00): 79, pid=41235, name=python, GPU has fallen off the bus.\n"
+             "[Mon Nov 24 21:02:11 2026] NVRM: GPU 0000:9b:00.0: GPU has fallen off the bus.\n")
+    ran = []
+
+    def handler(command):
+        ran.append(command)
+        return (csv, "", 0) if command[0] == "nvidia-smi" else (dmesg, "", 0)
+    lab.store.exec[("gpu-operator", "nvidia-driver-daemonset-8x2kq")] = handler
+    b = lab.backend(node_access={"method": "daemonset", "namespace": "gpu-operator",
+                                 "selector": "app=nvidia-driver-daemonset", "container": "nvidia-driver-ctr"})
+    gpus = run(b, "nvidia_smi_query", node="gpu-a01")
+    assert len(gpus.gpus) == 7 and gpus.gpus[0].temperature_c == 41  # one GPU missing from the list
+    log = run(b, "kernel_log", node="gpu-a01", grep="Xid")
+    assert "fallen off the bus" in log.text and log.total_lines == 2
+    assert [c[0] for c in ran] == ["nvidia-smi", "dmesg"]
+    with pytest.raises(ToolError, match="no pod of the node-access DaemonSet .* runs on node gpu-a02"):
+        run(b, "kernel_log", node="gpu-a02")
+    lab.store.exec[("gpu-operator", "nvidia-driver-daemonset-8x2kq")] = lambda c: ("", "dmesg: read kernel buffer failed: Operation not permitted\n", 1)
+    with pytest.raises(ToolError, match="exited 1: dmesg: read kernel buffer failed"):
+        run(b, "kernel_log", node="gpu-a01")

@@ -1,0 +1,1 @@
+"""Provider adapters: official SDKs, imported only when a model of theirs is made."""
