@@ -81,12 +81,17 @@ class RayLab:
         return sorted((j.submission_id or "", str(j.status.value), j.entrypoint) for j in self.jobs.list_jobs())
 
     def stop(self, *jobs: str | None) -> None:
+        """Stop the jobs and wait until they have stopped: a stop still under way would change a
+        later test's snapshot of the head under it."""
         for job in jobs:
             if job:
                 try:
                     self.jobs.stop_job(job)
                 except Exception:
                     pass
+        for job in jobs:
+            if job:
+                self.wait(job)
 
 
 def run_agent(backend: RayBackend, trigger: dict[str, Any], store_path: Path, mode: str | None = None) -> dict[str, Any]:
