@@ -196,7 +196,10 @@ def _stalled_minutes(ev: Evidence, job: str) -> float | None:
 
 def _config_value(config: dict[str, Any], dotted: str) -> Any:
     node: Any = config
-    for part in dotted.split("."):
+    parts = dotted.split(".")
+    for i, part in enumerate(parts):
+        if isinstance(node, dict) and ".".join(parts[i:]) in node and i < len(parts) - 1:
+            return node[".".join(parts[i:])]  # a config that spells the rest flat ("runtime_env.env_vars.X")
         if not isinstance(node, dict) or part not in node:
             return None
         node = node[part]
