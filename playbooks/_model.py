@@ -254,6 +254,9 @@ class Label(Strict):
     priority: int = Field(50, ge=0, le=100)
     """When several labels match, the highest wins: causes outrank their symptoms."""
     root_cause: Literal["job", "node", "cluster", "upstream"] = "job"
+    job_when_fixed: bool = False
+    """The root cause is the job when its own settings fix it (a cache pointed at a full disk
+    while a roomy one sits empty); the label's root_cause holds when nothing could be computed."""
     retriable: bool = False
     team: Team | None = None
     symptom: bool = False

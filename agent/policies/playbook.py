@@ -246,6 +246,9 @@ class PlaybookPolicy:
         remedy_kind = remedy.kind
         if remedy.kind == "resubmit_with_changes" and ev.focus_jobs():
             changes, notes = compute_changes(remedy, ev, ev.focus_jobs()[0], captured_values(best))
+            if changes and label.job_when_fixed and not scope:
+                old_root, root = root, f"job:{ev.focus_jobs()[0]}"
+                summary = summary.replace(f"{label.title} ({old_root or 'cause unknown'})", f"{label.title} ({root})", 1)
             if not changes:
                 # Resubmitting it unchanged would fail the same way: escalate with the evidence.
                 remedy_kind = f"escalate_{fallback_team(label.team)}"
