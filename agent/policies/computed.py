@@ -224,7 +224,11 @@ _NOT_LOCAL = re.compile(r"^(tmpfs|devtmpfs|shm|none|udev)$|:|^//", re.I)
 
 
 def _local_disk(mount: dict[str, Any]) -> bool:
-    return not _NOT_LOCAL.search(str(mount.get("filesystem", ""))) and not str(mount.get("mounted_on", "")).startswith(("/dev", "/sys", "/proc", "/run", "/boot"))
+    # A block device or the container's overlay; a parallel filesystem's bare name (GPFS "gpfs01",
+    # BeeGFS "beegfs_nodev") is the network, however much room it shows.
+    fs = str(mount.get("filesystem", ""))
+    return (not _NOT_LOCAL.search(fs) and (fs.startswith("/dev/") or fs == "overlay")
+            and not str(mount.get("mounted_on", "")).startswith(("/dev", "/sys", "/proc", "/run", "/boot")))
 
 
 def _under(path: str, mount: str) -> bool:

@@ -1,0 +1,67 @@
+"""A full disk moves the job's own cache/scratch directories to the roomy local disk its df shows."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+from crashcart.agent.policies.computed import job_df_rows, relocated_path
+from crashcart.agent.policies.evidence import Evidence, JobFacts, TextDoc
+from crashcart.agent.policies.matching import _config_value
+from crashcart.agent.policies.remedy import compute_changes
+from crashcart.playbooks import load_playbooks
+
+T0 = datetime(2026, 7, 1, tzinfo=timezone.utc)
+# An sbatch prolog's df, then the job's failure and a second df after it (the newest row wins).
+LOG = """\
+Filesystem                    Size  Used Avail Use% Mounted on
+/dev/sda2                      80G   22G   58G  28% /
+/dev/sdb1                      40G  2.0G   38G   5% /var/tmp
+/dev/nvme0n1                  6.4T   90G  6.3T   2% /lscratch
+tmpfs                         500G     0  500G   0% /dev/shm
+gpfs01                        4.0P  3.1P  900T  78% /gpfs
+Epoch 0:  41%|████      | 4100/10000 [12:01<17:18,  5.68it/s]
+OSError: [Errno 28] No space left on device: '/var/tmp/torchinductor_ops/fx_graph_cache/ab12'
++ df -h /var/tmp
+Filesystem      Size  Used Avail Use% Mounted on
+/dev/sdb1        40G   40G     0 100% /var/tmp
+"""
+
+
+def _ev(config: dict, log: str = LOG) -> Evidence:
+    ev = Evidence(now=T0, trigger={"kind": "job_failed", "job": "j1"})
+    ev.docs = [TextDoc("log", "job:j1", log.splitlines(), "get_logs:j1")]
+    ev.configs = {"j1": config}
+    ev.jobs = {"j1": JobFacts(job="j1", state="FAILED", nodes=["cn0412"])}
+    return ev
+
+
+def test_the_jobs_own_df_is_read_newest_row_winning():
+    rows = {r["mounted_on"]: r for r in job_df_rows(_ev({}), "j1")}
+    assert set(rows) == {"/", "/var/tmp", "/lscratch", "/dev/shm", "/gpfs"}
+    assert rows["/var/tmp"]["avail_bytes"] == 0 and rows["/var/tmp"]["use_pct"] == 100
+
+
+def test_each_directory_moves_its_own_path_to_the_roomiest_local_disk():
+    ev = _ev({})
+    assert relocated_path(ev, "j1", "/var/tmp/torchinductor_ops") == "/lscratch/torchinductor_ops"
+    assert relocated_path(ev, "j1", "/var/tmp") == "/lscratch"
+    # Never onto RAM (tmpfs) or the network filesystem, however much room they have.
+    assert relocated_path(ev, "j1", "/lscratch/x") is None  # already on the roomiest disk
+
+
+def test_no_df_anywhere_means_no_guess():
+    assert relocated_path(_ev({}, log="OSError: [Errno 28] No space left on device"), "j1", "/var/tmp") is None
+
+
+def test_disk_full_changes_only_the_keys_the_job_has():
+    label = load_playbooks()["disk_full"].label
+    changes, _ = compute_changes(label.remedy, _ev({"env": {"TRITON_CACHE_DIR": "/var/tmp/triton", "TMPDIR": "/var/tmp"},
+                                                    "batch_size": 8}), "j1")
+    assert changes == {"env.TRITON_CACHE_DIR": "/lscratch/triton", "env.TMPDIR": "/lscratch"}
+
+
+def test_flat_dotted_config_keys_are_read():
+    config = {"runtime_env.env_vars.HF_HOME": "/home/ray/.cache/huggingface", "a": {"b.c": 3}}
+    assert _config_value(config, "runtime_env.env_vars.HF_HOME") == "/home/ray/.cache/huggingface"
+    assert _config_value(config, "a.b.c") == 3
+    assert _config_value(config, "runtime_env.env_vars") is None
