@@ -65,3 +65,14 @@ def test_flat_dotted_config_keys_are_read():
     assert _config_value(config, "runtime_env.env_vars.HF_HOME") == "/home/ray/.cache/huggingface"
     assert _config_value(config, "a.b.c") == 3
     assert _config_value(config, "runtime_env.env_vars") is None
+
+
+def test_a_checkpoint_tag_key_takes_the_directory_name_of_the_newest_whole_checkpoint():
+    from crashcart.tools.cluster import Checkpoint
+
+    label = load_playbooks()["checkpoint_corrupt"].label
+    ev = _ev({"load_tag": "latest", "load_dir": "/ckpt"},
+             log="_pickle.UnpicklingError: pickle data was truncated")
+    ev.progress = {"j1": ([], [Checkpoint(step=s, time=T0, path=f"/ckpt/global_step{s}") for s in (500, 1000)])}
+    changes, _ = compute_changes(label.remedy, ev, "j1")
+    assert changes == {"load_tag": "global_step500"}
