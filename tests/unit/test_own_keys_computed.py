@@ -1,4 +1,4 @@
-"""A full disk moves the job's own cache/scratch directories to the roomy local disk its df shows."""
+"""Fixes computed from the evidence, written on the job's own keys: cache dirs, checkpoint tags, precision."""
 
 from __future__ import annotations
 
@@ -76,3 +76,13 @@ def test_a_checkpoint_tag_key_takes_the_directory_name_of_the_newest_whole_check
     ev.progress = {"j1": ([], [Checkpoint(step=s, time=T0, path=f"/ckpt/global_step{s}") for s in (500, 1000)])}
     changes, _ = compute_changes(label.remedy, ev, "j1")
     assert changes == {"load_tag": "global_step500"}
+
+
+def test_a_deepspeed_block_nested_in_the_trainer_config_is_the_precision_key():
+    label = load_playbooks()["fp16_loss_scale_floor"].label
+    ev = _ev({"deepspeed": {"fp16": {"enabled": True}, "bf16": {"enabled": False}}})
+    ev.nodes = {"cn0412": {"node": "cn0412", "gpu_model": "NVIDIA H100 80GB HBM3"}}
+    changes, _ = compute_changes(label.remedy, ev, "j1")
+    assert changes == {"deepspeed.bf16.enabled": True, "deepspeed.fp16.enabled": False}
+    ev.nodes = {"cn0412": {"node": "cn0412", "gpu_model": "Tesla V100-SXM2-32GB"}}  # no bf16: fp16 stays
+    assert compute_changes(label.remedy, ev, "j1")[0] == {}
