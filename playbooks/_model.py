@@ -136,8 +136,9 @@ class Signal(Strict):
             raise ValueError("a telemetry signal needs thresholds or throttle_any")
         if self.where == "config" and not self.config_key:
             raise ValueError("a config signal needs config_key")
-        if self.exceeds_job and (self.where not in text_sources or "(?P<count>" not in (self.pattern or "")):
-            raise ValueError("exceeds_job needs a text signal whose pattern has a named group `count`")
+        if self.exceeds_job and self.where != "config" and (
+                self.where not in text_sources or "(?P<count>" not in (self.pattern or "")):
+            raise ValueError("exceeds_job needs a config signal, or a text signal whose pattern has a named group `count`")
         if self.largest_share and (self.where not in text_sources or "(?P<count>" not in (self.pattern or "")):
             raise ValueError("largest_share needs a text signal whose pattern has a named group `count`")
         if self.covers:
