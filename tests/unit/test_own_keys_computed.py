@@ -86,3 +86,17 @@ def test_a_deepspeed_block_nested_in_the_trainer_config_is_the_precision_key():
     assert changes == {"deepspeed.bf16.enabled": True, "deepspeed.fp16.enabled": False}
     ev.nodes = {"cn0412": {"node": "cn0412", "gpu_model": "Tesla V100-SXM2-32GB"}}  # no bf16: fp16 stays
     assert compute_changes(label.remedy, ev, "j1")[0] == {}
+
+
+def test_a_config_count_above_the_allocation_matches_on_whichever_key_the_job_uses():
+    from crashcart.agent.policies.matching import match_label
+
+    entry = load_playbooks()["launch_exceeds_gpus_per_node"]
+    for key in ("ntasks_per_node", "devices", "nproc_per_node"):
+        ev = _ev({key: 8}, log="RuntimeError: CUDA error: invalid device ordinal")
+        ev.jobs["j1"].gpus, ev.jobs["j1"].nodes = 8, ["a", "b"]  # 4 GPUs per node
+        assert match_label(entry, ev) is not None, key
+        assert compute_changes(entry.label.remedy, ev, "j1")[0] == {key: 4}
+    ev = _ev({"ntasks_per_node": 4}, log="RuntimeError: CUDA error: invalid device ordinal")
+    ev.jobs["j1"].gpus, ev.jobs["j1"].nodes = 8, ["a", "b"]
+    assert match_label(entry, ev) is None  # asks for what it has: not this
