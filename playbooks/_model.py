@@ -137,8 +137,9 @@ class Signal(Strict):
             raise ValueError("a telemetry signal needs thresholds or throttle_any")
         if self.where == "config" and not self.config_key:
             raise ValueError("a config signal needs config_key")
-        if self.exceeds_job and (self.where not in text_sources or "(?P<count>" not in (self.pattern or "")):
-            raise ValueError("exceeds_job needs a text signal whose pattern has a named group `count`")
+        if self.exceeds_job and self.where != "config" and (
+                self.where not in text_sources or "(?P<count>" not in (self.pattern or "")):
+            raise ValueError("exceeds_job needs a config signal, or a text signal whose pattern has a named group `count`")
         if self.largest_share and (self.where not in text_sources or "(?P<count>" not in (self.pattern or "")):
             raise ValueError("largest_share needs a text signal whose pattern has a named group `count`")
         if self.covers:
@@ -255,6 +256,9 @@ class Label(Strict):
     priority: int = Field(50, ge=0, le=100)
     """When several labels match, the highest wins: causes outrank their symptoms."""
     root_cause: Literal["job", "node", "cluster", "upstream"] = "job"
+    job_when_fixed: bool = False
+    """The root cause is the job when its own settings fix it (a cache pointed at a full disk
+    while a roomy one sits empty); the label's root_cause holds when nothing could be computed."""
     retriable: bool = False
     team: Team | None = None
     symptom: bool = False

@@ -165,15 +165,26 @@ def path_on_roomiest_disk(ev: Evidence, job: str, captures: dict[str, str], marg
     """The job's spill/scratch path moved to the node's largest empty local disk (df): the same
     relative path under that disk's mount point. None unless that disk has several times the free
     space of the one the path is on now (a network filesystem or tmpfs never counts)."""
-    facts = ev.jobs.get(job)
     config = ev.configs.get(job, {})
     current = next((v for k in load_key_table().settings["spill_directory"].keys
                     if isinstance(v := _config_value(config, k.key), str) and v.startswith("/")), None)
-    if not facts or not current:
+    return relocated_path(ev, job, current) if current else None
+
+
+def relocated_path(ev: Evidence, job: str, current: str) -> str | None:
+    """`current` (a directory the job writes) moved under the roomiest local disk of its nodes.
+
+    The disks are what `df` returned for each node; a node whose disks the tools did not show
+    falls back to the `df` the job printed in its own log (a prolog or an entrypoint's `df -h`),
+    the newest row per mount winning, since that is the disk the job itself saw."""
+    facts = ev.jobs.get(job)
+    if not facts or not isinstance(current, str) or not current.startswith("/"):
         return None
+    own_df = [m for m in job_df_rows(ev, job) if _local_disk(m)]
     best: tuple[float, str, str] | None = None
-    for node in facts.nodes:
-        mounts = [m for m in ev.disks.get(node) or [] if _local_disk(m)]
+    for node in facts.nodes or [None]:
+        mounts = [m for m in ev.disks.get(node) or [] if _local_disk(m)] if node else []
+        mounts = mounts or own_df
         if not mounts:
             return None  # a node whose disks were not seen: no guess
         holding = max((m for m in mounts if _under(current, m["mounted_on"])), key=lambda m: len(m["mounted_on"]), default=None)
@@ -190,7 +201,19 @@ def path_on_roomiest_disk(ev: Evidence, job: str, captures: dict[str, str], marg
         return None
     _, target, old_mount = best
     relative = current[len(old_mount):].lstrip("/") if old_mount != "/" else current.lstrip("/")
-    return f"{target.rstrip('/')}/{relative}"
+    return f"{target.rstrip('/')}/{relative}".rstrip("/")
+
+
+def job_df_rows(ev: Evidence, job: str) -> list[dict[str, Any]]:
+    """The `df` tables the job printed in its logs, one row per mount, the newest row winning."""
+    from crashcart.tools.diskfree import parse_df
+
+    rows: dict[str, dict[str, Any]] = {}
+    for doc in ev.docs:
+        if doc.source in {"log", "attempt_log"} and doc.entity == f"job:{job}" and "Mounted on" in doc.text:
+            for mount in parse_df(doc.text):
+                rows[mount.mounted_on] = mount.model_dump()
+    return list(rows.values())
 
 
 # How much more free space a disk needs to be worth moving a path to.
@@ -201,7 +224,11 @@ _NOT_LOCAL = re.compile(r"^(tmpfs|devtmpfs|shm|none|udev)$|:|^//", re.I)
 
 
 def _local_disk(mount: dict[str, Any]) -> bool:
-    return not _NOT_LOCAL.search(str(mount.get("filesystem", ""))) and not str(mount.get("mounted_on", "")).startswith(("/dev", "/sys", "/proc", "/run", "/boot"))
+    # A block device or the container's overlay; a parallel filesystem's bare name (GPFS "gpfs01",
+    # BeeGFS "beegfs_nodev") is the network, however much room it shows.
+    fs = str(mount.get("filesystem", ""))
+    return (not _NOT_LOCAL.search(fs) and (fs.startswith("/dev/") or fs == "overlay")
+            and not str(mount.get("mounted_on", "")).startswith(("/dev", "/sys", "/proc", "/run", "/boot")))
 
 
 def _under(path: str, mount: str) -> bool:

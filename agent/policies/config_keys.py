@@ -24,12 +24,12 @@ Kind = Literal["count", "flag", "text", "fraction", "memory", "duration", "mappi
 Unit = Literal[
     "count", "flag", "text", "fraction",
     "bytes", "KiB", "MiB", "GiB", "KB", "MB", "GB", "quantity",
-    "seconds", "minutes", "hours", "slurm_time", "mapping",
+    "seconds", "minutes", "hours", "slurm_time", "mapping", "path_name",
 ]
 MEMORY_UNITS = {"bytes": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "KB": 10**3, "MB": 10**6, "GB": 10**9}
 DURATION_UNITS = {"seconds": 1, "minutes": 60, "hours": 3600}
 UNITS_OF_KIND: dict[str, set[str]] = {
-    "count": {"count"}, "flag": {"flag"}, "text": {"text", "flag"}, "fraction": {"fraction"},
+    "count": {"count"}, "flag": {"flag"}, "text": {"text", "flag", "path_name"}, "fraction": {"fraction"},
     "memory": set(MEMORY_UNITS) | {"quantity"}, "duration": set(DURATION_UNITS) | {"slurm_time"},
     "mapping": {"mapping"},
 }
@@ -221,6 +221,9 @@ def from_canonical(value: Any, key: Key, kind: str, like: Any, raising: bool) ->
         result = _rounded(value, like, raising=False)
         return str(result) if isinstance(like, str) else result
     if kind == "text":
+        if unit == "path_name" and isinstance(value, str):
+            # A key that names a checkpoint inside its save directory (DeepSpeed's load tag).
+            return value.rstrip("/").rsplit("/", 1)[-1]
         return key.values.get(str(value), value)
     return value
 

@@ -314,6 +314,9 @@ def build_evidence(observations: list[dict[str, Any]], trigger: dict[str, Any], 
             owner = _owning_job(doc.entity[4:], ev.jobs)
             if owner:
                 doc.entity = f"job:{owner}"
+    from crashcart.agent.policies.progress_bars import extend_log_times
+
+    extend_log_times(ev)
     return ev
 
 

@@ -194,9 +194,24 @@ def _stalled_minutes(ev: Evidence, job: str) -> float | None:
     return (ev.now - changed_at).total_seconds() / 60
 
 
+def _setting_value(config: dict[str, Any], name: str) -> Any:
+    """A config key's value; a setting's name (config_keys.yaml) reads whichever of its keys the job has."""
+    from crashcart.agent.policies.config_keys import load_key_table
+
+    value = _config_value(config, name)
+    setting = load_key_table().settings.get(name) if value is None else None
+    for key in setting.keys if setting else []:
+        if (value := _config_value(config, key.key)) is not None:
+            return value
+    return value
+
+
 def _config_value(config: dict[str, Any], dotted: str) -> Any:
     node: Any = config
-    for part in dotted.split("."):
+    parts = dotted.split(".")
+    for i, part in enumerate(parts):
+        if isinstance(node, dict) and ".".join(parts[i:]) in node and i < len(parts) - 1:
+            return node[".".join(parts[i:])]  # a config that spells the rest flat ("runtime_env.env_vars.X")
         if not isinstance(node, dict) or part not in node:
             return None
         node = node[part]
@@ -242,10 +257,13 @@ def signal_hits(idx: int, sig: Signal, pattern, ev: Evidence) -> list[Hit]:
             hits.append(Hit(idx, "cluster", f"trigger {kind}: {text}".strip(), "trigger"))
     elif sig.where == "config":
         for j in focus:
-            value = _config_value(ev.configs.get(j, {}), sig.config_key or "")
+            value = _setting_value(ev.configs.get(j, {}), sig.config_key or "")
             ok = value is not None and (
                 (sig.config_ge is not None and isinstance(value, (int, float)) and value >= sig.config_ge)
                 or (sig.config_values is not None and value in sig.config_values)
+                # A count the job's own config asks for per node/in all, above what the scheduler gave.
+                or (sig.exceeds_job is not None and isinstance(value, int) and not isinstance(value, bool)
+                    and _exceeds_job(sig.exceeds_job, {"count": str(value)}, f"job:{j}", ev))
             )
             if ok:
                 hits.append(Hit(idx, f"job:{j}", f"job {j} config {sig.config_key}={value}", f"job_config:{j}"))

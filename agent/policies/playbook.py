@@ -206,6 +206,9 @@ class PlaybookPolicy:
         for n in ev.relevant_nodes()[:MAX_NODES_PER_STEP]:
             calls += [ToolCall(tool="kernel_log", args={"node": n}), ToolCall(tool="gpu_metrics", args={"node": n, **window})]
         calls += [ToolCall(tool="job_history", args={"job": j}) for j in ev.focus_jobs()]
+        # The job's own settings, too: a config at odds with its allocation (more ranks per node
+        # than GPUs) fails with an error that names neither.
+        calls += [ToolCall(tool="job_config", args={"job": j}) for j in ev.focus_jobs()]
         return calls
 
     def _failed_focus(self, ev: Evidence) -> bool:
@@ -254,6 +257,9 @@ class PlaybookPolicy:
         remedy_kind = remedy.kind
         if remedy.kind == "resubmit_with_changes" and ev.focus_jobs():
             changes, notes = compute_changes(remedy, ev, ev.focus_jobs()[0], captured_values(best))
+            if changes and label.job_when_fixed and not scope:
+                old_root, root = root, f"job:{ev.focus_jobs()[0]}"
+                summary = summary.replace(f"{label.title} ({old_root or 'cause unknown'})", f"{label.title} ({root})", 1)
             if not changes:
                 # Resubmitting it unchanged would fail the same way: escalate with the evidence.
                 remedy_kind = f"escalate_{fallback_team(label.team)}"

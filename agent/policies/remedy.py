@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from crashcart.agent.policies.computed import COMPUTE
+from crashcart.agent.policies.computed import COMPUTE, relocated_path
 from crashcart.agent.policies.config_keys import Key, from_canonical, load_key_table, parse_duration, parse_size, to_canonical
 from crashcart.agent.policies.evidence import Evidence, RUNNING_STATES
 from crashcart.agent.policies.matching import LabelMatch, _config_value
@@ -75,6 +75,9 @@ def compute_changes(remedy: Remedy, ev: Evidence, job: str,
 def _value_for(rule: Change, key: Key, kind: str, current: Any, ev: Evidence, job: str,
                captures: dict[str, str]) -> Any:
     base = to_canonical(current, key, kind)
+    if rule.compute == "path_on_roomiest_disk" and isinstance(current, str):
+        # Each directory key moves its own path (a cache and a scratch dir are not one path).
+        return relocated_path(ev, job, current)
     if rule.compute:
         value = COMPUTE[rule.compute](ev, job, captures, rule.margin)
         if rule.compute == "above_peak" and isinstance(base, (int, float)) and value is not None and value <= base:
