@@ -206,9 +206,11 @@ class PlaybookPolicy:
         for n in ev.relevant_nodes()[:MAX_NODES_PER_STEP]:
             calls += [ToolCall(tool="kernel_log", args={"node": n}), ToolCall(tool="gpu_metrics", args={"node": n, **window})]
         calls += [ToolCall(tool="job_history", args={"job": j}) for j in ev.focus_jobs()]
-        # The job's own settings, too: a config at odds with its allocation (more ranks per node
-        # than GPUs) fails with an error that names neither.
-        calls += [ToolCall(tool="job_config", args={"job": j}) for j in ev.focus_jobs()]
+        # The job's own settings, too: a config at odds with its GPU allocation (more ranks per
+        # node than GPUs) fails with an error that names neither. A job given no GPUs (an MPI
+        # launcher, a CPU stage) cannot be at odds with one.
+        calls += [ToolCall(tool="job_config", args={"job": j}) for j in ev.focus_jobs()
+                  if j not in ev.jobs or ev.jobs[j].gpus > 0]
         return calls
 
     def _failed_focus(self, ev: Evidence) -> bool:
