@@ -10,6 +10,8 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from typing import Any
+
 from pydantic import BaseModel
 
 from crashcart.tools._spec import REGISTRY, ToolCall, ToolInput, ToolSpec
@@ -118,3 +120,54 @@ class Backend(ABC):
     def changes_since(self, since: datetime, stall_minutes: float) -> ClusterChanges:
         """For `crashcart watch`: what changed since `since` (ask the cluster for no more)."""
         raise NotImplementedError(f"a {self.kind} backend of this type cannot be watched")
+
+
+class LiveBackend(Backend):
+    """What every live backend (slurm, kubernetes, ray) does the same way: a tool runs as the
+    backend's `_tool_<name>` method, a write as its actions' method of that name, and a write
+    forgets what was read before it (it may no longer hold)."""
+
+    actions: Any
+
+    def forget(self) -> None:
+        """Drop what was cached from the cluster (nothing, unless a backend caches)."""
+
+    def run(self, spec: ToolSpec, args: ToolInput | dict[str, Any]) -> BaseModel:
+        from crashcart.tools._spec import ToolError
+
+        if self.kind not in spec.backends:
+            offered = ", ".join(s.name for s in self.tools())
+            raise ToolError(f"{spec.name} is not available on a {self.kind} cluster (tools here: {offered})")
+        if isinstance(args, dict):
+            args = spec.parse_args(args)
+        if spec.effect == "write":
+            self.forget()
+            try:
+                return getattr(self.actions, spec.name)(args)
+            finally:
+                self.forget()
+        return getattr(self, f"_tool_{spec.name}")(args)
+
+    def target(self, call: ToolCall) -> ActionTarget:
+        return self.actions.target(call)
+
+
+class PeopleActions:
+    """escalate and notify on a live backend: recorded with the incident, for the notifiers
+    (agent/notify) to deliver; the same on every backend."""
+
+    b: Any
+
+    def escalate(self, a):
+        from crashcart.tools.catalog import ActionOutput
+
+        self.b.escalations.append({**a.model_dump(), "incident": current_incident(), "time": self.b.now()})
+        return ActionOutput(ok=True, message=f"Escalated to {a.team} ({a.severity}): {a.summary} "
+                                             "[recorded; the notifier delivers it]")
+
+    def notify(self, a):
+        from crashcart.tools.catalog import ActionOutput
+
+        self.b.notifications.append({**a.model_dump(), "incident": current_incident(), "time": self.b.now()})
+        return ActionOutput(ok=True, message=f"Sent to {a.to}: {a.message} [recorded; the notifier delivers it]")
+

@@ -22,11 +22,11 @@ from typing import TYPE_CHECKING, Any
 
 from crashcart.tools import render
 from crashcart.tools._spec import ToolCall, ToolError
-from crashcart.tools.backends.base import ActionTarget, current_incident
+from crashcart.tools.backends.base import ActionTarget, PeopleActions, current_incident
 from crashcart.tools.backends.kubernetes import _manifest as manifest
 from crashcart.tools.backends.kubernetes import _parse as parse
 from crashcart.tools.backends.kubernetes._client import BY_KIND, JOB, NODE, POD, WORKLOADS, Absent, NotFound, TooManyRequests
-from crashcart.tools.catalog import ActionOutput, CancelInput, EscalateInput, NodeWriteInput, NotifyInput, ResubmitInput
+from crashcart.tools.catalog import ActionOutput, CancelInput, NodeWriteInput, ResubmitInput
 
 if TYPE_CHECKING:
     from crashcart.tools.backends.kubernetes._backend import KubernetesBackend, Subject
@@ -47,7 +47,7 @@ def request_label(request_id: str) -> str:
     return hashlib.sha256(request_id.encode()).hexdigest()[:40]
 
 
-class Actions:
+class Actions(PeopleActions):
     def __init__(self, backend: KubernetesBackend):
         self.b = backend
         self.api = backend.api
@@ -162,17 +162,6 @@ class Actions:
             if name not in taken:
                 return name
             n += 1
-
-    # --- people --------------------------------------------------------------------------
-
-    def escalate(self, a: EscalateInput) -> ActionOutput:
-        self.b.escalations.append({**a.model_dump(), "incident": current_incident(), "time": self.b.now()})
-        return ActionOutput(ok=True, message=f"Escalated to {a.team} ({a.severity}): {a.summary} "
-                                             "[recorded; the notifier delivers it]")
-
-    def notify(self, a: NotifyInput) -> ActionOutput:
-        self.b.notifications.append({**a.model_dump(), "incident": current_incident(), "time": self.b.now()})
-        return ActionOutput(ok=True, message=f"Sent to {a.to}: {a.message} [recorded; the notifier delivers it]")
 
     # --- facts for the guard -------------------------------------------------------------------
 

@@ -15,11 +15,10 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import yaml
-from pydantic import BaseModel
 
 from crashcart.tools import render
-from crashcart.tools._spec import ToolCall, ToolError, ToolInput, ToolSpec
-from crashcart.tools.backends.base import ActionTarget, Backend, ClusterChanges
+from crashcart.tools._spec import ToolError
+from crashcart.tools.backends.base import LiveBackend, ClusterChanges
 from crashcart.tools.backends.kubernetes import _parse as parse
 from crashcart.tools.backends.kubernetes._client import EVENT, JOB, NODE, POD, WORKLOADS, Absent, Api, Kind, NotFound
 from crashcart.tools.backends.kubernetes._config import KubernetesSettings
@@ -60,7 +59,7 @@ def kind_of(obj: dict[str, Any]) -> Kind | None:
     return BY_KIND.get((obj.get("apiVersion"), obj.get("kind")))
 
 
-class KubernetesBackend(Backend):
+class KubernetesBackend(LiveBackend):
     kind = "kubernetes"
 
     def __init__(self, settings: KubernetesSettings | None = None, api: Api | None = None):
@@ -80,18 +79,6 @@ class KubernetesBackend(Backend):
     def close(self) -> None:
         self.api.close()
 
-    def run(self, spec: ToolSpec, args: ToolInput | dict[str, Any]) -> BaseModel:
-        if self.kind not in spec.backends:
-            offered = ", ".join(s.name for s in self.tools())
-            raise ToolError(f"{spec.name} is not available on a kubernetes cluster (tools here: {offered})")
-        if isinstance(args, dict):
-            args = spec.parse_args(args)
-        if spec.effect == "write":
-            return getattr(self.actions, spec.name)(args)
-        return getattr(self, f"_tool_{spec.name}")(args)
-
-    def target(self, call: ToolCall) -> ActionTarget:
-        return self.actions.target(call)
 
     def changes_since(self, since: datetime, stall_minutes: float) -> ClusterChanges:
         return self.informer.changes_since(since, stall_minutes)

@@ -20,10 +20,9 @@ import shlex
 from typing import TYPE_CHECKING, Any
 
 from crashcart.tools._spec import ToolCall, ToolError
-from crashcart.tools.backends.base import ActionTarget, current_incident, set_dotted
+from crashcart.tools.backends.base import ActionTarget, PeopleActions, current_incident, set_dotted
 from crashcart.tools.backends.ray import _parse as parse
 from crashcart.tools.backends.ray._backend import LINEAGE_KEY, SUBMIT_KEYS
-from crashcart.tools.backends.slurm._actions import Actions as SlurmActions
 from crashcart.tools.backends.slurm._actions import drain_reason
 from crashcart.tools.backends.slurm._submit import set_args
 from crashcart.tools.catalog import ActionOutput, CancelInput, NodeWriteInput, ResubmitInput
@@ -40,13 +39,9 @@ def resubmit_id(old: str, request_id: str | None) -> str:
     return f"{_SUFFIX.sub('', old)}-cc-{key}"
 
 
-class Actions:
+class Actions(PeopleActions):
     def __init__(self, backend: RayBackend):
         self.b = backend
-
-    # Escalations and notifications are recorded the same way on every live backend.
-    escalate = SlurmActions.escalate
-    notify = SlurmActions.notify
 
     # --- nodes -------------------------------------------------------------------------
 

@@ -19,11 +19,10 @@ import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from pydantic import BaseModel
 
 from crashcart.tools import render
-from crashcart.tools._spec import ToolCall, ToolError, ToolInput, ToolSpec
-from crashcart.tools.backends.base import ActionTarget, Backend, ClusterChanges
+from crashcart.tools._spec import ToolError, ToolInput
+from crashcart.tools.backends.base import LiveBackend, ClusterChanges
 from crashcart.tools.backends.ray import _parse as parse
 from crashcart.tools.backends.ray._client import RayClient
 from crashcart.tools.backends.ray._config import RaySettings
@@ -51,7 +50,7 @@ def _known(names: list[str], limit: int = 8) -> str:
     return f"{shown}, ... ({len(names)} in all)" if len(names) > limit else shown or "none"
 
 
-class RayBackend(Backend):
+class RayBackend(LiveBackend):
     kind = "ray"
 
     def __init__(self, settings: RaySettings | None = None, client: RayClient | Any = None):
@@ -85,22 +84,6 @@ class RayBackend(Backend):
     def close(self) -> None:
         pass
 
-    def run(self, spec: ToolSpec, args: ToolInput | dict[str, Any]) -> BaseModel:
-        if self.kind not in spec.backends:
-            offered = ", ".join(s.name for s in self.tools())
-            raise ToolError(f"{spec.name} is not available on a ray cluster (tools here: {offered})")
-        if isinstance(args, dict):
-            args = spec.parse_args(args)
-        if spec.effect == "write":
-            self.forget()
-            try:
-                return getattr(self.actions, spec.name)(args)
-            finally:
-                self.forget()
-        return getattr(self, f"_tool_{spec.name}")(args)
-
-    def target(self, call: ToolCall) -> ActionTarget:
-        return self.actions.target(call)
 
     def _cached(self, key: str, load):
         hit = self._cache.get(key)

@@ -22,10 +22,10 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from crashcart.tools._spec import ToolCall, ToolError
-from crashcart.tools.backends.base import ActionTarget, current_incident, set_dotted
+from crashcart.tools.backends.base import ActionTarget, PeopleActions, current_incident, set_dotted
 from crashcart.tools.backends.slurm._parse import ACTIVE, UNAVAILABLE, nodes_of
 from crashcart.tools.backends.slurm._submit import export_option, render_options, set_args
-from crashcart.tools.catalog import ActionOutput, CancelInput, EscalateInput, NodeWriteInput, NotifyInput, ResubmitInput
+from crashcart.tools.catalog import ActionOutput, CancelInput, NodeWriteInput, ResubmitInput
 from crashcart.tools.render import compress_hostlist
 
 if TYPE_CHECKING:
@@ -46,7 +46,7 @@ def drain_reason(reason: str) -> str:
     return f"crashcart {current_incident() or 'no-incident'}: {text}"[:250]
 
 
-class Actions:
+class Actions(PeopleActions):
     def __init__(self, backend: SlurmBackend):
         self.b = backend
 
@@ -224,17 +224,6 @@ class Actions:
         """Write a file on the login node (through the transport); its absolute path."""
         result = self.b.cli.run(["sh", "-c", _SAVE, "sh", directory, name], input=content, retry=False)
         return result.stdout.strip()
-
-    # --- people --------------------------------------------------------------------------
-
-    def escalate(self, a: EscalateInput) -> ActionOutput:
-        self.b.escalations.append({**a.model_dump(), "incident": current_incident(), "time": self.b.now()})
-        return ActionOutput(ok=True, message=f"Escalated to {a.team} ({a.severity}): {a.summary} "
-                                             "[recorded; the notifier delivers it]")
-
-    def notify(self, a: NotifyInput) -> ActionOutput:
-        self.b.notifications.append({**a.model_dump(), "incident": current_incident(), "time": self.b.now()})
-        return ActionOutput(ok=True, message=f"Sent to {a.to}: {a.message} [recorded; the notifier delivers it]")
 
     # --- facts for the guard -------------------------------------------------------------------
 

@@ -16,11 +16,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from pydantic import BaseModel
 
 from crashcart.tools import render
-from crashcart.tools._spec import ToolCall, ToolError, ToolInput, ToolSpec
-from crashcart.tools.backends.base import STUCK_PENDING_REASONS, ActionTarget, Backend, ClusterChanges
+from crashcart.tools._spec import ToolError
+from crashcart.tools.backends.base import STUCK_PENDING_REASONS, LiveBackend, ClusterChanges
 from crashcart.tools.backends.slurm import _limits as limits
 from crashcart.tools.backends.slurm import _parse as parse
 from crashcart.tools.backends.slurm._cli import SlurmCLI
@@ -77,7 +76,7 @@ def _states(wanted: list[str] | None) -> set[str]:
     return {STATE_CODES.get(w.upper(), w.upper()) for w in wanted or []}
 
 
-class SlurmBackend(JobFiles, Backend):
+class SlurmBackend(JobFiles, LiveBackend):
     kind = "slurm"
 
     def __init__(self, settings: SlurmSettings | None = None, transport: Transport | None = None):
@@ -102,22 +101,6 @@ class SlurmBackend(JobFiles, Backend):
     def close(self) -> None:
         self.transport.close()
 
-    def run(self, spec: ToolSpec, args: ToolInput | dict[str, Any]) -> BaseModel:
-        if self.kind not in spec.backends:
-            offered = ", ".join(s.name for s in self.tools())
-            raise ToolError(f"{spec.name} is not available on a slurm cluster (tools here: {offered})")
-        if isinstance(args, dict):
-            args = spec.parse_args(args)
-        if spec.effect == "write":
-            self.forget()  # what we read before may no longer hold
-            try:
-                return getattr(self.actions, spec.name)(args)
-            finally:
-                self.forget()
-        return getattr(self, f"_tool_{spec.name}")(args)
-
-    def target(self, call: ToolCall) -> ActionTarget:
-        return self.actions.target(call)
 
     # --- nodes -------------------------------------------------------------------------
 
