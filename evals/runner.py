@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import sys
 import time
 from statistics import median
 from collections.abc import Callable
@@ -37,6 +38,8 @@ class ScenarioResult(BaseModel):
     """The scenario's family (what the scorecard groups by)."""
     backend: str | None = None
     split: str = "main"
+    tags: list[str] = Field(default_factory=list)
+    """The scenario's own tags (holdout, blind-3, hard, negative_control, ...)."""
     path: str = ""
     diagnosis: str | None = None
     diagnosed_family: str | None = None
@@ -124,7 +127,7 @@ def run_scenario(scenario: Scenario, path: str = "", policy_name: str = "playboo
 
     started = time.perf_counter()
     result = ScenarioResult(id=scenario.id, family=scenario.family, backend=scenario.backend,
-                            split=scenario.split, path=path)
+                            split=scenario.split, tags=list(scenario.tags), path=path)
     guard_policy = (
         policy_from_dict(scenario.guard, source=f"{path}: guard") if scenario.guard else _eval_guard()
     )
@@ -205,8 +208,12 @@ def _run_concurrently(files: list[Path], policy_name: str, model: Any, concurren
 def _workers(n_files: int, requested: int | None) -> int:
     if requested is not None:
         return max(1, requested)
-    # Scenarios are independent; a process per core.
-    return 1 if n_files < 16 or "forkserver" not in mp.get_all_start_methods() else min(os.cpu_count() or 1, 4)
+    # Scenarios are independent; a process per core. Workers re-import the caller's main module,
+    # so a caller that has none on disk (a script piped to python) runs them in its own process.
+    main_file = getattr(sys.modules.get("__main__"), "__file__", None)
+    if n_files < 16 or "forkserver" not in mp.get_all_start_methods() or (main_file and not os.path.exists(main_file)):
+        return 1
+    return min(os.cpu_count() or 1, 4)
 
 
 def _pool_context():
