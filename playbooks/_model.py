@@ -43,6 +43,16 @@ RemedyKind = Literal[
 ]
 
 
+
+def _compiled(v: str | None, what: str) -> str | None:
+    """A regex field's value, or a ValueError saying it does not compile."""
+    if v is not None:
+        try:
+            re.compile(v)
+        except re.error as e:
+            raise ValueError(f"{what} does not compile: {e}") from None
+    return v
+
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -114,15 +124,7 @@ class Signal(Strict):
     group: str | None = None
     """Signals sharing a group are alternatives, and at least one of each group must match."""
 
-    @field_validator("pattern")
-    @classmethod
-    def _compiles(cls, v: str | None) -> str | None:
-        if v is not None:
-            try:
-                re.compile(v)
-            except re.error as e:
-                raise ValueError(f"pattern does not compile: {e}") from None
-        return v
+    _compiles = field_validator("pattern")(lambda v: _compiled(v, "pattern"))
 
     @model_validator(mode="after")
     def _has_a_test(self) -> Signal:
@@ -240,15 +242,7 @@ class OneNode(Strict):
     error to that node even when only one job saw it."""
     remedy: Remedy
 
-    @field_validator("node_evidence")
-    @classmethod
-    def _compiles(cls, v: str | None) -> str | None:
-        if v is not None:
-            try:
-                re.compile(v)
-            except re.error as e:
-                raise ValueError(f"node_evidence does not compile: {e}") from None
-        return v
+    _compiles = field_validator("node_evidence")(lambda v: _compiled(v, "node_evidence"))
 
 
 class Label(Strict):

@@ -117,6 +117,15 @@ class Backend(ABC):
     def tools(self) -> list[ToolSpec]:
         return REGISTRY.for_backend(self.kind)
 
+    def checked_args(self, spec: ToolSpec, args: ToolInput | dict[str, Any]) -> ToolInput:
+        """The call's arguments, parsed; ToolError if this backend has no such tool."""
+        from crashcart.tools._spec import ToolError
+
+        if self.kind not in spec.backends:
+            offered = ", ".join(s.name for s in self.tools())
+            raise ToolError(f"{spec.name} is not available on a {self.kind} cluster (tools here: {offered})")
+        return spec.parse_args(args) if isinstance(args, dict) else args
+
     def changes_since(self, since: datetime, stall_minutes: float) -> ClusterChanges:
         """For `crashcart watch`: what changed since `since` (ask the cluster for no more)."""
         raise NotImplementedError(f"a {self.kind} backend of this type cannot be watched")
@@ -133,13 +142,7 @@ class LiveBackend(Backend):
         """Drop what was cached from the cluster (nothing, unless a backend caches)."""
 
     def run(self, spec: ToolSpec, args: ToolInput | dict[str, Any]) -> BaseModel:
-        from crashcart.tools._spec import ToolError
-
-        if self.kind not in spec.backends:
-            offered = ", ".join(s.name for s in self.tools())
-            raise ToolError(f"{spec.name} is not available on a {self.kind} cluster (tools here: {offered})")
-        if isinstance(args, dict):
-            args = spec.parse_args(args)
+        args = self.checked_args(spec, args)
         if spec.effect == "write":
             self.forget()
             try:

@@ -62,12 +62,7 @@ class FixtureBackend(Backend):
         return self.cluster.now
 
     def run(self, spec: ToolSpec, args: ToolInput | dict[str, Any]) -> BaseModel:
-        if self.kind not in spec.backends:
-            offered = ", ".join(s.name for s in self.tools())
-            raise ToolError(f"{spec.name} is not available on a {self.kind} cluster (tools here: {offered})")
-        if isinstance(args, dict):
-            args = spec.parse_args(args)
-        return getattr(self, f"_tool_{spec.name}")(args)
+        return getattr(self, f"_tool_{spec.name}")(self.checked_args(spec, args))
 
     # --- lookups --------------------------------------------------------------------
 
