@@ -540,6 +540,28 @@ def watch(
             close()
 
 
+@app.command()
+def slack(
+    scenario: Optional[str] = typer.Argument(None, help="A recorded cluster to answer about: a scenario file (fixture backend)"),
+    cluster: Optional[Path] = typer.Option(None, "--cluster", help="A cluster.yaml with a slack: section"),
+    http: bool = typer.Option(False, "--http", help="Serve Slack's request URL (/slack/events) instead of Socket Mode"),
+    port: int = typer.Option(3000, min=1, max=65535, help="With --http: the port"),
+    host: str = typer.Option("0.0.0.0", help="With --http: the address to listen on"),
+    state_dir: Path = typer.Option(DEFAULT_STATE_DIR),
+    policy: Optional[str] = typer.Option(None, help="playbook | llm | auto (default: auto where a model is configured)"),
+    model: Optional[str] = typer.Option(None, help="llm and auto: provider:model (default: llm.model in cluster.yaml)"),
+) -> None:
+    """The Slack app: questions answered in their thread, Approve/Reject buttons under the incident's own guard policy."""
+    from crashcart.agent.interfaces.slack.serve import SlackStartError, start
+
+    target = _open_target(scenario, cluster, None, None, state_dir)
+    _use_policy(target.deps, policy, model, target.config)
+    try:
+        start(target, state_dir, http=http, host=host, port=port, say=lambda line: _console().print(line, markup=False))
+    except SlackStartError as e:
+        _fail(str(e))
+
+
 incidents_app = typer.Typer(help="What the incident store holds: a list, or one incident in full.")
 app.add_typer(incidents_app, name="incidents")
 
