@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from crashcart.agent.interfaces.slack import blocks as kit
-from crashcart.agent.interfaces.slack._ask import SlackService, slack_ids_of
+from crashcart.agent.interfaces.slack._ask import SlackService, incident_for_thread, slack_ids_of
 
 
 @dataclass
@@ -114,11 +114,19 @@ def _check(service: SlackService, deps: Any, click: Click, binding: dict[str, st
     if pending.tool != binding["tool"] or kit.args_sha256(pending.args or {}) != binding["args"]:
         raise Refused(f"the button names {binding['tool']} with other arguments than action {action_id} of "
                       f"incident {incident}.")
+    if not _message_belongs(incident, click):
+        raise Refused(f"this button sits in another incident's thread than {incident}'s; a click answers only the "
+                      "incident whose message holds it.")
     approver = slack_ids_of(policy).get(click.slack_user)
     if approver is None:
         raise Refused(f"Slack user {click.slack_user or '(none)'} is not an approver in the guard policy of "
                       f"incident {incident}.")
     return approver, sha
+
+
+def _message_belongs(incident: str, click: Click) -> bool:
+    """The clicked message is in the incident's own thread (one Slack thread is one incident)."""
+    return bool(click.channel and click.thread_ts) and incident_for_thread(click.channel, click.thread_ts) == incident
 
 
 def _tell(client: Any, click: Click, text: str) -> None:

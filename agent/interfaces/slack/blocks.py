@@ -115,8 +115,6 @@ def action_line(action: dict[str, Any]) -> str:
         line += f" ({action['reason']})"
     if action.get("error"):
         line += f"; failed: {action['error']}"
-    elif action.get("result") is not None and action["decision"] == "allow":
-        line += "; done"
     return line
 
 

@@ -120,6 +120,8 @@ def make_rig(tmp_path: Path, api: Any, guard: dict[str, Any] | None = None) -> S
     from crashcart.agent.store import IncidentStore
     from crashcart.tools.backends.fixture import FixtureBackend
 
+    for user, name in ((ALICE, "alice"), (BOB, "bob"), (CAROL, "carol")):
+        api.workspace.add_user(user, name)
     scenario = load_scenario(SCENARIO)
     backend = FixtureBackend(scenario.cluster, scenario.backend)
     store = IncidentStore(str(tmp_path / "incidents.duckdb"))
