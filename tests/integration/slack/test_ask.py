@@ -96,3 +96,57 @@ def test_a_forged_event_is_refused_with_401_and_asks_nothing(rig, slack_api):
     assert rig.service.wait_idle(5)
     assert not slack_api.calls("chat.postMessage")
     assert not rig.store.list_incidents(limit=10)
+
+
+def test_a_direct_message_is_answered_in_its_own_thread_and_channel_chatter_is_not(rig, slack_api):
+    from slack_app_kit import event_body
+
+    dm = slack_api.workspace.add_channel("D0CAROL001", "carol-dm")["id"]
+    said = slack_api.workspace.post(dm, user=CAROL, text=f"what killed job {JOB}?")
+    chatter = slack_api.workspace.post(CHANNEL, user=CAROL, text=f"job {JOB} again, sigh")
+    for msg, channel, kind in ((said, dm, "im"), (chatter, CHANNEL, "channel")):
+        body = event_body({"type": "message", "user": CAROL, "text": msg["text"], "ts": msg["ts"], "channel": channel,
+                           "event_ts": msg["ts"], "channel_type": kind})
+        assert rig.dispatch(body, signed_headers(body, content_type="application/json")).status == 200
+    assert rig.service.wait_idle(60)
+    answers = slack_api.workspace.thread(dm, said["ts"])[1:]
+    assert len(answers) == 1 and "gpu_fallen_off_bus" in block_texts(answers[0])
+    assert [c.params["channel"] for c in slack_api.calls("chat.postMessage")] == [dm], "only the DM is a question"
+
+
+def test_the_slash_command_acks_at_once_and_answers_in_a_thread_of_its_own(rig, slack_api):
+    from urllib.parse import urlencode
+
+    body = urlencode({"token": "Jhj5dZrVaK7ZwHHjRyZWjbDl", "team_id": "T0CRASHCRT", "team_domain": "crashcart-test",
+                      "channel_id": CHANNEL, "channel_name": "oncall", "user_id": CAROL, "user_name": "carol",
+                      "command": "/crashcart", "text": f"why did {JOB} fail?", "api_app_id": "A0CRASHAPP",
+                      "response_url": slack_api.response_url(), "trigger_id": "13345224609.738474920.8088930838d88f00"})
+    started = time.monotonic()
+    response = rig.dispatch(body, signed_headers(body, content_type="application/x-www-form-urlencoded"))
+    acked_in = time.monotonic() - started
+    assert response.status == 200 and "Looking into it" in response.body
+    assert acked_in < 3, "Slack's three seconds"
+    assert rig.service.wait_idle(60)
+    top = [m for m in slack_api.messages(CHANNEL) if "thread_ts" not in m or m["thread_ts"] == m["ts"]]
+    assert len(top) == 1 and f"<@{CAROL}> asked" in top[0]["text"]
+    answers = slack_api.workspace.thread(CHANNEL, top[0]["ts"])[1:]
+    assert len(answers) == 1 and "gpu_fallen_off_bus" in block_texts(answers[0])
+
+
+def test_socket_mode_delivers_a_mention_acks_it_and_answers_in_the_thread(rig, slack_api, slack_socket):
+    """The same app over Socket Mode: slack_sdk's builtin client connects through apps.connections.open."""
+    from slack_bolt.adapter.socket_mode import SocketModeHandler
+
+    handler = SocketModeHandler(rig.app, slack_api.app_token)
+    handler.connect()
+    try:
+        slack_socket.wait_connected()
+        asked = slack_api.workspace.post(CHANNEL, user=CAROL, text=f"<@U0CRASHBOT> why did job {JOB} die?")
+        envelope = slack_socket.events_api({"type": "app_mention", "user": CAROL, "text": asked["text"],
+                                            "ts": asked["ts"], "channel": CHANNEL, "event_ts": asked["ts"]})
+        slack_socket.wait_ack(envelope)  # acked only after the work was counted: wait_idle waits for it
+        assert rig.service.wait_idle(60)
+        answers = slack_api.workspace.thread(CHANNEL, asked["ts"])[1:]
+        assert len(answers) == 1 and "gpu_fallen_off_bus" in block_texts(answers[0])
+    finally:
+        handler.close()
