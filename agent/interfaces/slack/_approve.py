@@ -67,7 +67,7 @@ def answer_click(service: SlackService, client: Any, body: dict[str, Any]) -> No
     click = Click.from_body(body)
     binding = binding_of(click.value)
     incident = binding["incident"] if binding else "slack:unbound-click"
-    with service._lock:
+    with service.lock:
         deps = service.deps()
         try:
             approver, sha = _check(service, deps, click, binding)

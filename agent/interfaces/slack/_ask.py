@@ -56,7 +56,8 @@ class SlackService:
     notifiers: list[Any] | None = None
     clock: Callable[[], datetime] | None = None
     """The guard's clock (default: the backend's)."""
-    _lock: threading.Lock = field(default_factory=threading.Lock)
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    """One incident run or answer at a time in this process: they share the store and the graph."""
     _idle: threading.Condition = field(default_factory=threading.Condition)
     _busy: int = 0
 
@@ -70,6 +71,9 @@ class SlackService:
         if self.clock is not None:
             deps.guard.clock = self.clock
         return deps
+
+    def now(self) -> datetime:
+        return (self.clock or self.backend.now)()
 
     def policy_for_asker(self, slack_user: str | None) -> Any:
         """The configured policy for a person it names by Slack id; observe for anyone else."""
@@ -103,7 +107,7 @@ class SlackService:
         posted = client.chat_postMessage(channel=channel, thread_ts=thread_ts, text="Looking into it…",
                                          blocks=kit.placeholder_blocks(question))
         reply = _Reply(client, channel, posted["ts"], question)
-        with self._lock:  # one incident at a time in this process: the store and the graph are shared
+        with self.lock:
             existing = self.store.get_incident(incident_id)
             deps = self.deps(self.policy_for_asker(user))
             if existing is not None:

@@ -96,6 +96,6 @@ def _journal_unverified(service: SlackService, body: dict[str, Any], why: str) -
     binding = binding_of(click.value) or {}
     service.store.record_approval_attempt(
         binding.get("incident") or "slack:unbound-click", outcome="refused",
-        reason=f"signature check failed: {why}", at=service.deps().guard.clock(),
+        reason=f"signature check failed: {why}", at=service.now(),
         action_id=binding.get("action"), tool=binding.get("tool"), approver=None,
         slack_user=click.slack_user or None, approved=click.approved, policy_sha256=binding.get("policy"))
