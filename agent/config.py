@@ -16,6 +16,7 @@ slurm:                            # tools/backends/slurm/_config.py: SlurmSettin
   node_access: {method: ssh}      # ssh | srun | none
   resubmit: {config: args}        # args | file (config_file: ...) | none
 guard: guard.yaml                 # a path (relative to this file) or the policy inline
+slack: {bot_token_env: SLACK_BOT_TOKEN, app_token_env: SLACK_APP_TOKEN, channel: "#gpu-oncall"}
 notifiers:                        # agent/notify: where escalate/notify go (the store always)
   - {kind: webhook, url: "https://hooks.example.org/oncall", token_env: ONCALL_TOKEN}
   - {kind: email, host: smtp.example.org, port: 587, security: starttls, username: crashcart,
@@ -80,6 +81,16 @@ class ClusterConfig(BaseModel):
     inline. Absent: the built-in policy (dry_run)."""
     notifiers: list[Any] = []
     """Where escalations and notifications go (agent/notify): NotifierSettings by kind."""
+    slack: Any = None
+    """The Slack app's settings (agent/interfaces/slack/_settings.py: SlackSettings): where its tokens
+    and signing secret are (env or file, never inline), the default channel."""
+
+    @field_validator("slack", mode="before")
+    @classmethod
+    def _slack(cls, v: Any) -> Any:
+        from crashcart.agent.interfaces.slack._settings import SlackSettings
+
+        return None if v is None else SlackSettings.model_validate(v)
 
     @field_validator("notifiers", mode="before")
     @classmethod

@@ -118,9 +118,10 @@ def build_graph(checkpointer: Any = None):
         updated = []
         for a in state["actions"]:
             if a["decision"] == "needs_approval" and a["action_id"] in verdicts:
-                approver, approved, os_user = verdicts[a["action_id"]]
+                approver, approved, os_user, slack_user = verdicts[a["action_id"]]
                 try:
-                    d = deps.guard.approve(a["action_id"], state["incident_id"], approver, approved, os_user=os_user)
+                    d = deps.guard.approve(a["action_id"], state["incident_id"], approver, approved, os_user=os_user,
+                                           slack_user=slack_user)
                     a = {**a, "decision": d.decision, "reason": d.reason, "rule": d.rule}
                 except Exception as e:  # a refused approver keeps the action waiting, with why
                     a = {**a, "reason": f"approval refused: {e}"}
@@ -280,14 +281,16 @@ def _run_reads(deps: Deps, state: IncidentState) -> list[dict[str, Any]]:
     return new
 
 
-def _verdicts(answer: Any, pending: list[dict[str, Any]]) -> dict[str, tuple[str, bool, str | None]]:
+def _verdicts(answer: Any, pending: list[dict[str, Any]]) -> dict[str, tuple[str, bool, str | None, str | None]]:
     """Accept {"approver": A, "approved": bool, "os_user": U} for all, or {"decisions": {action_id: {...}}}.
-    `os_user` is the OS account the interface ran as (the CLI asks the OS, never a flag)."""
+    `os_user` is the OS account the interface ran as (the CLI asks the OS, never a flag);
+    `slack_user` the Slack user id of a signed click (the Slack app)."""
     if not isinstance(answer, dict):
         return {}
 
-    def one(v: dict[str, Any]) -> tuple[str, bool, str | None]:
-        return str(v.get("approver", "")), bool(v.get("approved")), v.get("os_user") or answer.get("os_user")
+    def one(v: dict[str, Any]) -> tuple[str, bool, str | None, str | None]:
+        return (str(v.get("approver", "")), bool(v.get("approved")), v.get("os_user") or answer.get("os_user"),
+                v.get("slack_user") or answer.get("slack_user"))
 
     if "decisions" in answer:
         return {aid: one(v) for aid, v in (answer.get("decisions") or {}).items() if isinstance(v, dict)}

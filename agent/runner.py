@@ -37,9 +37,11 @@ def make_deps(backend: Backend, policy: Policy, guard_policy: GuardPolicy, store
 
 def start_incident(deps: Deps, trigger: dict[str, Any], *, cluster: str, source: str,
                    checkpointer: Any = None, incident_id: str | None = None, record: bool = False,
-                   opened: bool = False) -> IncidentRun:
+                   opened: bool = False, on_step: Any = None) -> IncidentRun:
     """Run one incident. With `record`, every tool call and result goes to a tape in the store;
-    `opened` means the store already holds the incident (the watch loop claimed it)."""
+    `opened` means the store already holds the incident (the watch loop claimed it, or a Slack
+    thread asks again: the same LangGraph thread goes on from its state). `on_step(state)` sees
+    the state after every step (the Slack app updates its message from it)."""
     incident_id = incident_id or f"inc-{uuid.uuid4().hex[:12]}"
     if not opened:
         deps.store.open_incident(cluster, source, trigger, incident_id=incident_id, at=deps.backend.now())
@@ -54,7 +56,14 @@ def start_incident(deps: Deps, trigger: dict[str, Any], *, cluster: str, source:
     initial = {"incident_id": incident_id, "cluster": cluster, "backend": deps.backend.kind, "trigger": trigger}
     # A durable run checkpoints every step (it must survive a crash); an in-memory one only
     # where it stops, which is all an approval needs and much cheaper.
-    result = graph.invoke(initial, config, context=deps, durability="sync" if durable else "exit")
+    durability = "sync" if durable else "exit"
+    if on_step is None:
+        result = graph.invoke(initial, config, context=deps, durability=durability)
+    else:
+        for values in graph.stream(initial, config, context=deps, durability=durability, stream_mode="values"):
+            on_step(_plain(values))
+        snapshot = graph.get_state(config)
+        result = {**snapshot.values, **({"__interrupt__": snapshot.interrupts} if snapshot.interrupts else {})}
     return _finish(deps, incident_id, result)
 
 

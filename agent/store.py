@@ -91,6 +91,7 @@ ALTER TABLE approvals ADD COLUMN IF NOT EXISTS policy_sha256 TEXT;
 ALTER TABLE approvals ADD COLUMN IF NOT EXISTS os_user TEXT;
 ALTER TABLE approvals ADD COLUMN IF NOT EXISTS expires_at TIMESTAMP;
 ALTER TABLE breaker ADD COLUMN IF NOT EXISTS incident_id TEXT;
+ALTER TABLE approval_attempts ADD COLUMN IF NOT EXISTS slack_user TEXT;
 """
 
 
@@ -211,6 +212,8 @@ class ApprovalAttempt(_Row):
     reason: str | None
     policy_sha256: str | None
     at: datetime
+    slack_user: str | None = None
+    """The Slack user id of a click in Slack (the request's signature verified, or not: see reason)."""
 
 
 class StoredPolicy(_Row):
@@ -805,13 +808,15 @@ class IncidentStore:
         self, incident_id: str, *, outcome: str, reason: str | None, at: datetime,
         action_id: str | None = None, tool: str | None = None, approver: str | None = None,
         os_user: str | None = None, approved: bool | None = None, policy_sha256: str | None = None,
+        slack_user: str | None = None,
     ) -> None:
         """Journal who tried to answer what, and whether the guard accepted it (and why not)."""
         with self.lock:
             self._con.execute(
-                "INSERT INTO approval_attempts VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "INSERT INTO approval_attempts (incident_id, action_id, tool, approver, os_user, approved,"
+                ' outcome, reason, policy_sha256, "at", slack_user) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)',
                 [incident_id, action_id, tool, approver, os_user, approved, outcome, reason,
-                 policy_sha256, _db_time(at)],
+                 policy_sha256, _db_time(at), slack_user],
             )
 
     def approval_attempts(self, incident_id: str) -> list[ApprovalAttempt]:

@@ -300,19 +300,23 @@ class Guard:
 
     def approve(
         self, action_id: str, incident_id: str, approver: str, approved: bool, *, os_user: str | None = None,
+        slack_user: str | None = None,
     ) -> Decision:
         """A person's answer to a needs_approval decision, judged by the incident's own policy:
         single-use, bound to this action under that policy, only from someone its tier names
-        (from their own OS account when the policy says so), and only while the request is fresh.
+        (from their own OS account when the policy says so, or, given `slack_user`, from a Slack
+        user id their entry lists), and only while the request is fresh.
         A refused answer is journaled with who, what and why before ApprovalError is raised."""
         now = self.clock()
         with self.store.lock:
             pending = self.store.last_decision(self.cluster, incident_id, action_id)
             bound = self.policy_for(incident_id)
             attempt = dict(action_id=action_id, tool=pending.tool if pending else None, approver=approver,
-                           os_user=os_user, approved=approved, policy_sha256=bound[1] if bound else None)
+                           os_user=os_user, approved=approved, policy_sha256=bound[1] if bound else None,
+                           slack_user=slack_user)
             try:
-                policy, sha, target = self._may_answer(pending, bound, action_id, incident_id, approver, os_user, now)
+                policy, sha, target = self._may_answer(pending, bound, action_id, incident_id, approver, os_user, now,
+                                                       slack_user)
             except ApprovalError as e:
                 self.store.record_approval_attempt(incident_id, outcome="refused", reason=str(e), at=now, **attempt)
                 raise
@@ -331,7 +335,8 @@ class Guard:
             return self._journal(action_id, pending.tool, pending.args, verdict, incident_id, target, now)
 
     def _may_answer(self, pending, bound, action_id: str, incident_id: str, approver: str,
-                    os_user: str | None, now: datetime) -> tuple[GuardPolicy, str, ActionTarget]:
+                    os_user: str | None, now: datetime, slack_user: str | None = None,
+                    ) -> tuple[GuardPolicy, str, ActionTarget]:
         if pending is None or pending.decision != "needs_approval":
             state = (f"its last decision was {pending.decision!r} ({pending.rule})"
                      if pending else "no such action")
@@ -357,7 +362,7 @@ class Guard:
         # A request the model review raised (rule review:*) outside any tier goes to the policy's approvers.
         allowed = (policy.approver_entries(tier[1]) if tier
                    else policy.approvers if pending.rule.startswith("review:") else ())
-        _identify(policy, allowed, approver, os_user, f"approve {pending.tool} ({pending.rule})")
+        _identify(policy, allowed, approver, os_user, f"approve {pending.tool} ({pending.rule})", slack_user)
         return policy, sha, target
 
     def _answer(
@@ -405,13 +410,22 @@ class Guard:
 
 
 def _identify(policy: GuardPolicy, allowed: tuple[Approver, ...], person: str, os_user: str | None,
-              what: str) -> Approver:
-    """The entry that lets `person` do `what`, checked against the OS account they act from."""
+              what: str, slack_user: str | None = None) -> Approver:
+    """The entry that lets `person` do `what`, checked against the account they act from: a
+    Slack user id (Slack signed the request) or else the OS account."""
     entry = next((a for a in allowed if a.name == person), None)
     if entry is None:
         raise ApprovalError(
             f"{person} may not {what}; allowed: {', '.join(a.name for a in allowed) or 'nobody'}."
         )
+    if slack_user is not None:
+        # An entry without Slack ids cannot act from Slack at all: nobody vouches for the name.
+        if slack_user not in entry.slack_ids:
+            raise ApprovalError(
+                f"{person} may {what.split()[0]} from Slack only as user {', '.join(entry.slack_ids) or '(none listed)'}; "
+                f"this came from Slack user {slack_user}."
+            )
+        return entry
     accounts = entry.bound_os_users(policy.approval_settings.require_os_user)
     if accounts and os_user not in accounts:
         raise ApprovalError(

@@ -402,36 +402,22 @@ def approve(
 ) -> None:
     """Approve (or reject) the actions an incident waits on, and let it finish, under the guard
     policy and mode the incident started with. Your OS account is journaled next to --approver."""
-    from crashcart.agent.guard import other_policy_flags
+    from crashcart.agent.interfaces.approval import ApprovalRefused, answer_approval, still_waiting
     from crashcart.agent.interfaces.os_user import current_os_user
     from crashcart.agent.interfaces.transcript import render_incident
-    from crashcart.agent.runner import pending_approval, resume_incident
 
     if not (state_dir / "incidents.duckdb").exists():
         _fail(f"{state_dir / 'incidents.duckdb'}: no incident store yet")
     deps = _open_target(scenario, cluster, None, None, state_dir).deps
-    store, os_user = deps.store, current_os_user()
-    own = deps.guard.policy_for(incident)
-    if own is None:
-        _fail(f"incident {incident} is not in the store" if store.get_incident(incident) is None else
-              f"incident {incident} has no stored guard policy (it began before incidents kept theirs); "
-              "investigate it again")
-    policy, sha = own
     given = _policy(guard, lambda: None, None) if guard else None
-    differences = other_policy_flags(policy, given, mode)
-    if differences:
-        why = (f"incident {incident} runs under its own guard policy (mode {policy.mode}, sha256 {sha[:12]}): "
-               f"{'; '.join(differences)}. Approve without --guard and --mode; the incident's own policy decides.")
-        store.record_approval_attempt(incident, outcome="refused", reason=why, at=deps.guard.clock(),
-                                      approver=approver, os_user=os_user, approved=not reject, policy_sha256=sha)
-        _fail(why, code=1)
-    saver = _checkpointer(state_dir / "checkpoints.sqlite")
-    if not pending_approval(deps, incident, saver):
-        _fail(f"incident {incident} is not waiting for an approval")
-    run = resume_incident(deps, incident, {"approver": approver, "approved": not reject, "os_user": os_user}, saver)
+    try:
+        run = answer_approval(deps, incident, _checkpointer(state_dir / "checkpoints.sqlite"), approver=approver,
+                              approved=not reject, os_user=current_os_user(), given_policy=given, mode=mode)
+    except ApprovalRefused as e:
+        _fail(e.message, code=e.code)
     render_incident(_console(), run.state, title=f"{incident} after {'rejection' if reject else 'approval'} by {approver}")
     # Every waiting action was answered: one still waiting is one the guard refused the answer for.
-    refused = [a for a in run.state.get("actions") or [] if a["decision"] == "needs_approval"]
+    refused = still_waiting(run)
     if refused:
         from rich.markup import escape
 
@@ -552,6 +538,28 @@ def watch(
         close = getattr(deps.backend, "close", None)
         if close:
             close()
+
+
+@app.command()
+def slack(
+    scenario: Optional[str] = typer.Argument(None, help="A recorded cluster to answer about: a scenario file (fixture backend)"),
+    cluster: Optional[Path] = typer.Option(None, "--cluster", help="A cluster.yaml with a slack: section"),
+    http: bool = typer.Option(False, "--http", help="Serve Slack's request URL (/slack/events) instead of Socket Mode"),
+    port: int = typer.Option(3000, min=1, max=65535, help="With --http: the port"),
+    host: str = typer.Option("0.0.0.0", help="With --http: the address to listen on"),
+    state_dir: Path = typer.Option(DEFAULT_STATE_DIR),
+    policy: Optional[str] = typer.Option(None, help="playbook | llm | auto (default: auto where a model is configured)"),
+    model: Optional[str] = typer.Option(None, help="llm and auto: provider:model (default: llm.model in cluster.yaml)"),
+) -> None:
+    """The Slack app: questions answered in their thread, Approve/Reject buttons under the incident's own guard policy."""
+    from crashcart.agent.interfaces.slack.serve import SlackStartError, start
+
+    target = _open_target(scenario, cluster, None, None, state_dir)
+    _use_policy(target.deps, policy, model, target.config)
+    try:
+        start(target, state_dir, http=http, host=host, port=port, say=lambda line: _console().print(line, markup=False))
+    except SlackStartError as e:
+        _fail(str(e))
 
 
 incidents_app = typer.Typer(help="What the incident store holds: a list, or one incident in full.")

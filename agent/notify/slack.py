@@ -128,7 +128,7 @@ class SlackNotifier:
         if page is None and self._paged_incident(n.incident_id):
             self.page(n.incident_id)  # the escalation belongs in the incident's thread: open it first
             page = self._page_of(n.incident_id)
-        text = notification_text(n, mention=group_mention(group) if n.event == "escalate" else "")
+        text = notification_text(n.text(), mention=group_mention(group) if n.event == "escalate" else "")
         if page is not None:
             self._call("chat_postMessage", page.channel, text=text, thread_ts=page.ts)
         else:
@@ -139,18 +139,23 @@ class SlackNotifier:
     def page(self, incident_id: str, state: dict[str, Any] | None = None) -> bool:
         """Post the incident's message, or bring it up to date; False when it already shows this."""
         from crashcart.agent.interfaces.incident_view import action_views
-        from crashcart.agent.interfaces.slack import blocks as render
+        from crashcart.agent.interfaces.slack import blocks as kit
 
         detail = self.store.get_incident(incident_id)
         inc = detail.incident
         views = action_views(detail, [])
-        approvers = _approvers(self.store, incident_id)
+        actions = [{"action_id": v.action_id, "tool": v.tool, "args": v.args, "decision": v.decision,
+                    "reason": v.reason, "error": None} for v in views]
+        answers = [answered(v.what, a) for v in views for a in v.approvals]
+        who = _approvers(self.store, incident_id)
+        waiting = [who(v) for v in views if v.decision == "needs_approval"]
         before = self._page_of(incident_id)
         channel, group = self.settings.channel_for(inc.cluster, partition_of(state, inc.trigger), team_of(inc, views))
         channel = before.channel if before else channel  # the message stays where people first saw it
-        mention = render.group_mention(group) if inc.status in ATTENTION else ""
-        text = render.incident_text(inc, mention=mention)
-        body = render.incident_blocks(inc, views, mention=mention, approvers=approvers)
+        mention = kit.group_mention(group) if inc.status in ATTENTION else ""
+        text = kit.page_text(inc.id, inc.status, inc.diagnosis, mention)
+        body = kit.page_blocks(inc.id, inc.status, inc.diagnosis, actions, cluster=inc.cluster, mention=mention,
+                               answers=answers, waits_for=" / ".join(dict.fromkeys(waiting)) or None)
         digest = hashlib.sha256(json.dumps([text, body], sort_keys=True).encode()).hexdigest()
         if before is not None and before.digest == digest:
             return False
@@ -167,8 +172,8 @@ class SlackNotifier:
                 # Someone deleted it: page again rather than leave the incident unseen.
                 ts = self._call("chat_postMessage", channel, text=text, blocks=body)["ts"]
             if before.status != inc.status:
-                reply = render.status_change_text(before.status, inc, views, approvers)
-                self._call("chat_postMessage", channel, text=f"{mention} {reply}" if mention else reply, thread_ts=ts)
+                reply = kit.status_change_text(before.status, inc.status, actions, mention)
+                self._call("chat_postMessage", channel, text=reply, thread_ts=ts)
         self.store.save_page(incident_id, self.settings.label, channel, ts, inc.status, digest)
         return True
 
@@ -212,6 +217,12 @@ class SlackNotifier:
     def _where(self) -> str:
         parts = urlsplit(self.settings.base_url)
         return f"{parts.scheme}://{parts.netloc}"
+
+
+def answered(what: str, approval: str) -> str:
+    """'node_drain gpu-b07: approved by alice', from the store's 'alice approved'."""
+    who, _, verb = approval.rpartition(" ")
+    return f"{what}: {verb} by {who}"
 
 
 def team_of(incident: Any, views: list[Any]) -> str | None:

@@ -1,3 +1,13 @@
-"""crashcart in Slack: Block Kit rendering (blocks.py) shared by the Slack app and the `slack`
-notifier. Nothing here imports slack_sdk or Bolt at import time: `crashcart --help` and the
-notifiers load without them."""
+"""crashcart in Slack (issue 12): ask it in a thread, approve through buttons, get paged.
+
+    SlackSettings   cluster.yaml's `slack:` section (where the secrets are, the default channel)
+    SlackService    one cluster, its guard policy, the shared store and checkpoints
+    build_app       the Bolt app (slack_bolt loads only when it is called)
+    blocks          Block Kit for an incident (shared with the Slack notifier)
+"""
+
+from crashcart.agent.interfaces.slack._ask import SlackService, incident_for_thread
+from crashcart.agent.interfaces.slack._settings import SlackConfigError, SlackSettings
+from crashcart.agent.interfaces.slack.app import build_app
+
+__all__ = ["SlackConfigError", "SlackService", "SlackSettings", "build_app", "incident_for_thread"]

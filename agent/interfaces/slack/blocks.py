@@ -1,137 +1,222 @@
-"""Block Kit for an incident, in one place for the Slack app and the `slack` notifier.
+"""Block Kit for an incident: what the Slack app answers in a thread and what a page shows.
 
-Everything that came from outside (log lines, summaries, job and node names, chat text) goes
-into `plain_text` objects or rich-text `text` elements, which Slack never parses: `*bold*`,
-`<!channel>` or `<@U123>` in a log line stays text. Only crashcart's own labels use mrkdwn, and
-the fallback `text` (which Slack does parse) is escaped as Slack's docs ask (& < >).
+Everything that came from outside crashcart's own words (a question, log lines, a diagnosis
+summary that quotes them, a reason naming a job) goes out as `plain_text` or as rich-text
+`text` elements, which Slack never reads as mrkdwn: a log line holding `<!channel>` or
+`*bold*` shows as those characters and pings nobody. Only strings this module writes itself
+(labels, counts, user ids Slack gave us) are mrkdwn. Each function renders one thing and
+returns a list of blocks; `incident_blocks` puts them together.
 """
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+import hashlib
+import json
+from typing import Any
 
-# Block Kit's limits: a plain_text field holds 2000 characters, section text 3000, a message 50 blocks.
-FIELD_CHARS = 2000
-SECTION_CHARS = 3000
-EVIDENCE_LINES = 12
-EVIDENCE_LINE_CHARS = 300
+from crashcart.agent.report import VERB
 
+APPROVE_ACTION = "crashcart_approve"
+REJECT_ACTION = "crashcart_reject"
+TEXT_LIMIT = 2900
+"""A section's text holds 3000 characters; keep room for the cut marker."""
+EVIDENCE_LINES = 8
+EVIDENCE_CHARS = 2800
 STATUS_EMOJI = {
-    "detected": ":large_yellow_circle:", "investigating": ":mag:", "awaiting_approval": ":hourglass_flowing_sand:",
-    "remediated": ":white_check_mark:", "proposed": ":memo:", "escalated": ":rotating_light:",
-    "investigation_failed": ":warning:", "closed": ":white_circle:",
+    "investigating": ":mag:", "awaiting_approval": ":raised_hand:", "remediated": ":white_check_mark:",
+    "proposed": ":memo:", "escalated": ":rotating_light:", "investigation_failed": ":warning:", "closed": ":ok:",
 }
 
 
-def escape(text: Any) -> str:
-    """Text for a place Slack parses as mrkdwn, shown as typed (Slack's three escapes)."""
-    return str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+def escape_mrkdwn(text: str) -> str:
+    """The three characters Slack's mrkdwn needs escaped, so text can sit inside our own mrkdwn."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
-def clip(text: Any, limit: int) -> str:
-    text = str(text)
+def _cut(text: str, limit: int = TEXT_LIMIT) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def plain(text: Any, limit: int = FIELD_CHARS) -> dict[str, Any]:
-    return {"type": "plain_text", "text": clip(text, limit) or " ", "emoji": False}
+def plain(text: str) -> dict[str, Any]:
+    return {"type": "plain_text", "text": _cut(text or " "), "emoji": False}
 
 
-def group_mention(group: str | None) -> str:
-    """A user group's mention (`<!subteam^S0123>`), which pages its members; empty without one."""
-    return f"<!subteam^{group}>" if group else ""
+def plain_section(text: str) -> dict[str, Any]:
+    return {"type": "section", "text": plain(text)}
 
 
-def status_line(incident: Any) -> str:
-    """`:rotating_light: *escalated* · inc-… on gpu-prod` (mrkdwn: ids escaped)."""
-    emoji = STATUS_EMOJI.get(incident.status, ":grey_question:")
-    return f"{emoji} *{escape(incident.status.replace('_', ' '))}* · `{escape(incident.id)}` on `{escape(incident.cluster)}`"
+def context(mrkdwn: str) -> dict[str, Any]:
+    return {"type": "context", "elements": [{"type": "mrkdwn", "text": _cut(mrkdwn)}]}
 
 
-def trigger_text(trigger: dict[str, Any] | None) -> str:
-    t = trigger or {}
-    what = " ".join(f"{k} {t[k]}" for k in ("job", "node") if t.get(k))
-    return f"{t.get('kind') or 'unknown trigger'}{': ' + what if what else ''}"
+def args_sha256(args: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(args, sort_keys=True, default=str).encode()).hexdigest()
 
 
-def diagnosis_fields(diagnosis: dict[str, Any] | None) -> list[dict[str, Any]]:
-    d = diagnosis or {}
-    if not d:
-        return [plain("Diagnosis: none yet")]
-    return [plain(f"Diagnosis: {d.get('label')} [{d.get('family')}]"),
-            plain(f"Root cause: {d.get('root_cause') or 'unknown'}"),
-            plain(f"Remedy: {d.get('remedy') or 'none'}"),
-            plain(f"Confidence: {d.get('confidence')}")]
+def placeholder_blocks(question: str) -> list[dict[str, Any]]:
+    """The first answer in a thread, posted before any investigation."""
+    return [context(":mag: Looking into it…"), plain_section(question)]
 
 
-def evidence_block(lines: Iterable[Any]) -> dict[str, Any] | None:
-    """The evidence as preformatted rich text: each line verbatim, never parsed."""
-    lines = [clip(str(line).rstrip(), EVIDENCE_LINE_CHARS) for line in lines][:EVIDENCE_LINES]
-    if not lines:
-        return None
-    return {"type": "rich_text", "elements": [
-        {"type": "rich_text_preformatted", "elements": [{"type": "text", "text": "\n".join(lines)}]}]}
-
-
-def action_line(view: Any, approvers: str | None = None) -> str:
-    """One write action as a person reads it: what, and what became of it."""
-    what = view.what
-    if view.decision == "allow":
-        who = f" (approved by {', '.join(a.removesuffix(' approved') for a in view.approvals)})" if any(
-            a.endswith(" approved") for a in view.approvals) else ""
-        return f"done: {what}: {view.result}{who}" if view.result else f"allowed, not run yet: {what}"
-    if view.decision == "needs_approval":
-        return f"waits for {approvers or 'a person the policy names'} to approve: {what}"
-    if view.decision == "dry_run":
-        return f"proposed, not done (dry run): {what}"
-    rejected = [a for a in view.approvals if a.endswith(" rejected")]
-    return f"rejected by {rejected[-1].removesuffix(' rejected')}: {what}" if rejected else f"refused: {what} ({view.reason})"
-
-
-def actions_section(title: str, lines: list[str]) -> dict[str, Any] | None:
-    if not lines:
-        return None
-    return {"type": "section", "text": plain(f"{title}\n" + "\n".join(f"• {line}" for line in lines), SECTION_CHARS)}
-
-
-def incident_blocks(incident: Any, views: list[Any], *, mention: str = "",
-                    approvers: Any = None, footer: str | None = None) -> list[dict[str, Any]]:
-    """The incident as one message: status, summary, diagnosis, evidence, what it did, what waits.
-    `views`: agent/interfaces/incident_view.ActionView; `approvers(view)`: who may approve one."""
-    d = incident.diagnosis or {}
-    head = status_line(incident) + (f" {mention}" if mention else "")
-    blocks: list[dict[str, Any]] = [
-        {"type": "section", "text": {"type": "mrkdwn", "text": head}},
-        {"type": "section", "text": plain(d.get("summary") or f"Investigating {trigger_text(incident.trigger)}", SECTION_CHARS),
-         "fields": [plain(f"Trigger: {trigger_text(incident.trigger)}"), *diagnosis_fields(d)]},
-    ]
-    evidence = evidence_block(d.get("evidence") or [])
-    if evidence:
-        blocks.append(evidence)
-    waiting = [v for v in views if v.decision == "needs_approval"]
-    did = [action_line(v) for v in views if v not in waiting]
-    waits = [action_line(v, approvers(v) if approvers else None) for v in waiting]
-    blocks += [b for b in (actions_section("What it did", did), actions_section("What waits", waits)) if b]
-    blocks.append({"type": "context", "elements": [
-        plain(footer or f"crashcart incidents show {incident.id}", FIELD_CHARS)]})
+def progress_blocks(question: str, state: dict[str, Any]) -> list[dict[str, Any]]:
+    """The placeholder, updated in place while the investigation reads the cluster."""
+    observations = state.get("observations") or []
+    recent = ", ".join(dict.fromkeys(o.get("tool", "?") for o in observations[-6:]))
+    where = "Diagnosing…" if state.get("diagnosis") else f"Investigating: {len(observations)} tool call(s) so far"
+    blocks = [context(f":mag: {where}"), plain_section(question)]
+    if recent:
+        blocks.append({"type": "context", "elements": [plain(f"latest: {recent}")]})
     return blocks
 
 
-def incident_text(incident: Any, *, mention: str = "") -> str:
-    """The message's fallback text (notifications, screen readers): escaped, mention kept."""
-    summary = (incident.diagnosis or {}).get("summary") or trigger_text(incident.trigger)
-    prefix = f"{mention} " if mention else ""
-    return prefix + escape(clip(f"[crashcart] {incident.status}: {incident.id} on {incident.cluster}: {summary}", 3000))
+def header_blocks(incident_id: str, status: str, cluster: str | None = None) -> list[dict[str, Any]]:
+    emoji = STATUS_EMOJI.get(status, ":grey_question:")
+    where = f" on {cluster}" if cluster else ""
+    return [context(f"{emoji} *{escape_mrkdwn(status)}* · incident `{escape_mrkdwn(incident_id)}`{escape_mrkdwn(where)}")]
 
 
-def status_change_text(before: str | None, incident: Any, views: list[Any], approvers: Any = None) -> str:
-    """The thread reply when an incident moves on: from what to what, and the actions now."""
-    moved = f"{before} → {incident.status}" if before and before != incident.status else incident.status
-    lines = [f"Now {moved}."] + [f"• {action_line(v, approvers(v) if approvers else None)}" for v in views]
-    return escape(clip("\n".join(lines), 3000))
+def diagnosis_blocks(diagnosis: dict[str, Any] | None) -> list[dict[str, Any]]:
+    if not diagnosis:
+        return [plain_section("No diagnosis yet.")]
+    line = (f"{diagnosis.get('label')} [{diagnosis.get('family')}], root cause "
+            f"{diagnosis.get('root_cause') or 'unknown'}, confidence {diagnosis.get('confidence')}, "
+            f"remedy {diagnosis.get('remedy')}")
+    blocks = [plain_section(f"Diagnosis: {line}")]
+    if diagnosis.get("summary"):
+        blocks.append(plain_section(str(diagnosis["summary"])))
+    if diagnosis.get("decided_by"):
+        blocks.append({"type": "context", "elements": [plain(f"decided by {diagnosis['decided_by']}")]})
+    return blocks
 
 
-def notification_text(n: Any, *, mention: str = "") -> str:
-    """An escalate/notify action (agent/notify.Notification) as a Slack message: escaped text."""
-    body = escape(clip(n.text(), 3000))
-    return f"{mention} {body}" if mention else body
+def evidence_blocks(evidence: list[str]) -> list[dict[str, Any]]:
+    """Evidence lines as data: preformatted rich text, never parsed as mrkdwn."""
+    lines, size = [], 0
+    for line in evidence[:EVIDENCE_LINES]:
+        line = _cut(str(line), 400)
+        if size + len(line) > EVIDENCE_CHARS:
+            break
+        lines.append(line)
+        size += len(line) + 1
+    if not lines:
+        return []
+    more = len(evidence) - len(lines)
+    text = "\n".join(lines) + (f"\n… and {more} more line(s)" if more > 0 else "")
+    return [context("*Evidence*"),
+            {"type": "rich_text", "elements": [{"type": "rich_text_preformatted",
+                                                "elements": [{"type": "text", "text": text}]}]}]
+
+
+def action_line(action: dict[str, Any]) -> str:
+    args = action.get("args") or {}
+    target = args.get("node") or args.get("job") or args.get("team") or args.get("to") or ""
+    line = f"{action['tool']} {target}".strip() + f": {VERB.get(action['decision'], action['decision'])}"
+    if action["decision"] in {"deny", "needs_approval"} and action.get("reason"):
+        line += f" ({action['reason']})"
+    if action.get("error"):
+        line += f"; failed: {action['error']}"
+    return line
+
+
+def button_value(incident_id: str, action: dict[str, Any], policy_sha256: str) -> str:
+    """What a button carries: exactly one action (tool, args by hash) of one incident under one policy."""
+    return json.dumps({"incident": incident_id, "action": action["action_id"], "tool": action["tool"],
+                       "args": args_sha256(action.get("args") or {}), "policy": policy_sha256},
+                      separators=(",", ":"))
+
+
+def approval_buttons(incident_id: str, action: dict[str, Any], policy_sha256: str) -> dict[str, Any]:
+    value = button_value(incident_id, action, policy_sha256)
+    what = action_line({**action, "decision": "needs_approval", "reason": None, "result": None, "error": None})
+    return {
+        "type": "actions", "block_id": f"approval:{action['action_id']}",
+        "elements": [
+            {"type": "button", "action_id": APPROVE_ACTION, "style": "primary", "value": value,
+             "text": plain("Approve"),
+             "confirm": {"title": plain("Approve this action?"), "text": plain(_cut(what, 290)),
+                         "confirm": plain("Approve"), "deny": plain("Cancel")}},
+            {"type": "button", "action_id": REJECT_ACTION, "style": "danger", "value": value, "text": plain("Reject")},
+        ],
+    }
+
+
+def action_blocks(incident_id: str, actions: list[dict[str, Any]], policy_sha256: str | None) -> list[dict[str, Any]]:
+    """Each write action with the guard's decision; Approve/Reject under each one that waits
+    (only when the incident's policy hash is known: a button binds to it)."""
+    if not actions:
+        return []
+    blocks: list[dict[str, Any]] = [context("*Actions*")]
+    for a in actions:
+        blocks.append(plain_section(action_line(a)))
+        if a["decision"] == "needs_approval" and policy_sha256:
+            blocks.append(approval_buttons(incident_id, a, policy_sha256))
+    return blocks
+
+
+def answered_blocks(slack_user: str, approver: str, approved: bool, action: dict[str, Any]) -> list[dict[str, Any]]:
+    """Who answered which action from Slack, and what came of it."""
+    verb = "Approved" if approved else "Rejected"
+    return [context(f"{verb} by <@{escape_mrkdwn(slack_user)}> ({escape_mrkdwn(approver)})"),
+            plain_section(action_line(action))]
+
+
+def incident_blocks(incident_id: str, status: str, diagnosis: dict[str, Any] | None,
+                    actions: list[dict[str, Any]], *, policy_sha256: str | None = None,
+                    cluster: str | None = None, tool_calls: int | None = None) -> list[dict[str, Any]]:
+    """An incident as one message: status, diagnosis, evidence, actions (buttons where one waits)."""
+    blocks = header_blocks(incident_id, status, cluster) + diagnosis_blocks(diagnosis)
+    blocks += evidence_blocks(list((diagnosis or {}).get("evidence") or []))
+    blocks += action_blocks(incident_id, actions, policy_sha256)
+    if tool_calls is not None:
+        blocks.append(context(f"Investigated with {tool_calls} tool call(s)."))
+    return blocks[:50]  # Slack's limit per message
+
+
+def incident_text(incident_id: str, status: str, diagnosis: dict[str, Any] | None) -> str:
+    """The plain fallback Slack shows in notifications and to clients without blocks."""
+    label = (diagnosis or {}).get("label") or "no diagnosis yet"
+    return _cut(f"crashcart {incident_id}: {status}: {label}", 300)
+
+
+# --- a page: the message `watch` keeps up to date for an incident (agent/notify/slack.py) -----
+
+def group_mention(group: str | None) -> str:
+    """A user group's mention (`<!subteam^S0123>`), which notifies its members; empty without one."""
+    return f"<!subteam^{group}>" if group else ""
+
+
+def answers_blocks(answers: list[str]) -> list[dict[str, Any]]:
+    """Who answered what: `node_drain gpu-b07: approved by alice` (names are data: plain text)."""
+    return [{"type": "context", "elements": [plain("; ".join(answers))]}] if answers else []
+
+
+def page_blocks(incident_id: str, status: str, diagnosis: dict[str, Any] | None, actions: list[dict[str, Any]],
+                *, cluster: str, mention: str = "", answers: list[str] = (), waits_for: str | None = None,
+                ) -> list[dict[str, Any]]:
+    """An incident `watch` opened, for the channel that is paged: the incident (no buttons: a
+    page is approved where the incident's policy says, `crashcart approve`), who answered, and
+    who is needed."""
+    blocks = ([context(f":rotating_light: {mention}")] if mention else [])
+    blocks += incident_blocks(incident_id, status, diagnosis, actions, cluster=cluster)
+    blocks += answers_blocks(list(answers))
+    if waits_for:
+        blocks.append(context(f"Waiting for {escape_mrkdwn(waits_for)}: `crashcart approve {escape_mrkdwn(incident_id)}`"))
+    blocks.append(context(f"`crashcart incidents show {escape_mrkdwn(incident_id)}`"))
+    return blocks[:50]
+
+
+def page_text(incident_id: str, status: str, diagnosis: dict[str, Any] | None, mention: str = "") -> str:
+    """The page's fallback text: the incident_text, with the group mention that notifies people."""
+    return f"{mention} {escape_mrkdwn(incident_text(incident_id, status, diagnosis))}".strip()
+
+
+def status_change_text(before: str | None, status: str, actions: list[dict[str, Any]], mention: str = "") -> str:
+    """The thread reply when a paged incident moves on: from what to what, and each action now."""
+    moved = f"{before} → {status}" if before and before != status else status
+    lines = [f"Now {moved}."] + [f"• {action_line(a)}" for a in actions]
+    return f"{mention} {escape_mrkdwn(_cut(chr(10).join(lines)))}".strip()
+
+
+def notification_text(text: str, mention: str = "") -> str:
+    """An escalation or notification (agent/notify.Notification.text()) as a message: escaped."""
+    return f"{mention} {escape_mrkdwn(_cut(text))}".strip()

@@ -83,10 +83,11 @@ def test_a_watch_incident_is_posted_once_then_updated_in_place_and_in_its_thread
     assert len(top) == 1, slack_api.messages(HW_CHANNEL)
     page = top[0]
     shown = _texts(page["blocks"])
-    assert "awaiting approval" in shown and incident in shown
+    assert "*awaiting_approval*" in shown and incident in shown
     assert f"<!subteam^{HW_GROUP}>" in shown  # the hardware group is paged: people are needed
-    assert "Xid" in shown and "79" in shown  # the evidence, verbatim
-    assert f"waits for alice to approve: node_drain {BAD_NODE}" in shown
+    assert "NVRM: Xid (PCI:0000:9b:00): 79, pid=2207733, name=python3, GPU has fallen off the bus." in shown
+    assert f"node_drain {BAD_NODE}: waiting for approval" in shown and "escalate hardware: done" in shown
+    assert f"Waiting for alice: `crashcart approve {incident}`" in shown
     assert slack_api.messages("C0ONCALL01") == []  # routed by team, not to the default channel
     saved = store.page(incident, "slack")
     assert (saved.channel, saved.ts, saved.status) == (HW_CHANNEL, page["ts"], "awaiting_approval")
@@ -98,8 +99,8 @@ def test_a_watch_incident_is_posted_once_then_updated_in_place_and_in_its_thread
     [update] = slack_api.calls("chat.update")
     assert (update.params["channel"], update.params["ts"]) == (HW_CHANNEL, page["ts"])
     shown = _texts(update.params["blocks"])
-    assert final.replace("_", " ") in shown
-    assert f"node_drain {BAD_NODE}" in shown and "(approved by alice)" in shown
+    assert f"*{final}*" in shown and "Waiting for" not in shown
+    assert f"node_drain {BAD_NODE}: done" in shown and f"node_drain {BAD_NODE}: approved by alice" in shown
     replies = [m for m in slack_api.messages(HW_CHANNEL) if m.get("thread_ts") == page["ts"] and m["ts"] != page["ts"]]
     assert any(f"awaiting_approval → {final}" in r["text"] for r in replies), replies
     assert len([m for m in slack_api.messages(HW_CHANNEL) if m.get("thread_ts") in (None, m["ts"])]) == 1
@@ -148,7 +149,7 @@ def test_a_page_that_cannot_be_delivered_is_a_dead_letter_and_the_next_state_pos
     resume_incident(watcher.deps, incident, {"approver": "alice", "approved": True}, saver)
     [posted] = [c for c in slack_api.calls("chat.postMessage") if "blocks" in c.params]
     shown = _texts(posted.params["blocks"])
-    assert "(approved by alice)" in shown and "done: escalate hardware" in shown
+    assert f"node_drain {BAD_NODE}: approved by alice" in shown and "escalate hardware: done" in shown
     assert store.page(incident, "slack").ts == posted.answer["ts"]
     # The resumed run delivers what failed before: the escalation lands in the new message's thread.
     assert store.undelivered_counts([incident]) == {}
