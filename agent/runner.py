@@ -64,8 +64,16 @@ def start_incident(deps: Deps, trigger: dict[str, Any], *, cluster: str, source:
             on_step(_plain(values))
         snapshot = graph.get_state(config)
         result = {**snapshot.values, **({"__interrupt__": snapshot.interrupts} if snapshot.interrupts else {})}
+    return _finish(deps, incident_id, result)
+
+
+def _finish(deps: Deps, incident_id: str, result: dict[str, Any]) -> IncidentRun:
+    """After each stretch of a run (to its end or to an approval): the tape saved, people paged."""
     _save_tape(deps, incident_id)
-    return IncidentRun(incident_id, _plain(result), "__interrupt__" in result)
+    run = IncidentRun(incident_id, _plain(result), "__interrupt__" in result)
+    if deps.notifier is not None:
+        deps.notifier.page(incident_id, run.state, at=deps.backend.now())
+    return run
 
 
 def _save_tape(deps: Deps, incident_id: str) -> None:
@@ -83,8 +91,7 @@ def resume_incident(deps: Deps, incident_id: str, answer: dict[str, Any], checkp
     graph = build_graph(checkpointer)
     config = {"configurable": {"thread_id": incident_id}, "recursion_limit": 100}
     result = graph.invoke(Command(resume=answer), config, context=deps)
-    _save_tape(deps, incident_id)
-    return IncidentRun(incident_id, _plain(result), "__interrupt__" in result)
+    return _finish(deps, incident_id, result)
 
 
 def resume_unfinished(deps: Deps, incident_id: str, checkpointer: Any) -> IncidentRun:
@@ -101,8 +108,7 @@ def resume_unfinished(deps: Deps, incident_id: str, checkpointer: Any) -> Incide
     if recorded is not None:
         deps = replace(deps, backend=RecordingBackend(deps.backend, Tape.from_jsonl(recorded, incident_id)))
     result = graph.invoke(None, config, context=deps)
-    _save_tape(deps, incident_id)
-    return IncidentRun(incident_id, _plain(result), "__interrupt__" in result)
+    return _finish(deps, incident_id, result)
 
 
 def pending_approval(deps: Deps, incident_id: str, checkpointer: Any) -> list[dict[str, Any]]:

@@ -72,6 +72,9 @@ CREATE TABLE IF NOT EXISTS tapes (
 CREATE TABLE IF NOT EXISTS deliveries (
     incident_id TEXT, action_id TEXT, notifier TEXT, kind TEXT, status TEXT, attempts INTEGER,
     error TEXT, payload TEXT, "at" TIMESTAMP);
+CREATE TABLE IF NOT EXISTS pages (
+    incident_id TEXT, notifier TEXT, channel TEXT, ts TEXT, status TEXT, digest TEXT, "at" TIMESTAMP,
+    PRIMARY KEY (incident_id, notifier));
 CREATE TABLE IF NOT EXISTS breaker (
     cluster TEXT PRIMARY KEY, tripped BOOLEAN, reason TEXT, tripped_at TIMESTAMP,
     reset_by TEXT, reset_at TIMESTAMP);
@@ -235,6 +238,21 @@ class Delivery(_Row):
     attempts: int
     error: str | None
     payload: dict[str, Any]
+    at: datetime
+
+
+class Page(_Row):
+    """The chat message that pages people about an incident (one per notifier), kept up to date."""
+
+    incident_id: str
+    notifier: str
+    channel: str
+    ts: str
+    """Slack's id for the message in its channel (what chat.update and thread replies name)."""
+    status: str
+    """The incident status the message shows."""
+    digest: str
+    """A hash of what the message shows: unchanged, nothing is sent."""
     at: datetime
 
 
@@ -876,6 +894,16 @@ class IncidentStore:
                 "SELECT DISTINCT notifier FROM deliveries WHERE action_id = ? AND status = 'delivered'",
                 [action_id]).fetchall()
         return {r[0] for r in rows}
+
+    def page(self, incident_id: str, notifier: str) -> Page | None:
+        rows = self._rows(Page, "SELECT * FROM pages WHERE incident_id = ? AND notifier = ?", [incident_id, notifier])
+        return rows[0] if rows else None
+
+    def save_page(self, incident_id: str, notifier: str, channel: str, ts: str, status: str, digest: str,
+                  at: datetime | None = None) -> None:
+        with self.lock:
+            self._con.execute("INSERT OR REPLACE INTO pages VALUES (?, ?, ?, ?, ?, ?, ?)",
+                              [incident_id, notifier, channel, ts, status, digest, _db_time(self._now(at))])
 
     def undelivered_counts(self, incident_ids: list[str]) -> dict[str, int]:
         """Per incident, the deliveries that ended in the dead-letter record and never got through."""

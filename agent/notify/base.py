@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -11,11 +11,13 @@ from crashcart.tools.transport import Secret, TransportError
 
 
 class DeliveryError(Exception):
-    """A notifier could not deliver. `permanent`: retrying will not help (a 4xx, bad credentials)."""
+    """A notifier could not deliver. `permanent`: retrying will not help (a 4xx, bad credentials);
+    `retry_after`: the receiver said how long to wait (Slack's Retry-After), in seconds."""
 
-    def __init__(self, message: str, permanent: bool = False):
+    def __init__(self, message: str, permanent: bool = False, retry_after: float | None = None):
         super().__init__(message)
         self.permanent = permanent
+        self.retry_after = retry_after
 
 
 class Notification(BaseModel):
@@ -76,8 +78,15 @@ class NotifierSettings(BaseModel):
     def wants(self, n: Notification) -> bool:
         return self.teams is None or n.event != "escalate" or n.team in self.teams
 
+    pages: ClassVar[bool] = False
+    """True: the kind also keeps a message per incident up to date (Slack), see Dispatcher.page."""
+
     def build(self) -> Notifier:
         raise NotImplementedError
+
+    def build_for(self, store: Any) -> Notifier:
+        """The notifier a dispatcher uses; a kind that keeps a message per incident needs the store."""
+        return self.build()
 
 
 class Notifier(Protocol):

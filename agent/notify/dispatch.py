@@ -2,7 +2,12 @@
 
 The store's record comes first, so the escalation is never lost; each notifier then gets
 1 + retries attempts, and one that still fails leaves a dead-letter record holding the payload
-and the last error, which `crashcart incidents` shows."""
+and the last error, which `crashcart incidents` shows.
+
+Kinds that page (Slack) also keep one message per incident `watch` opened up to date:
+`page()` runs after every stretch of the incident's run (it opened, stopped for an approval,
+resumed, finished), with the same retries; a failed page is a dead-letter record too, and the
+next page of that incident posts the message afresh."""
 
 from __future__ import annotations
 
@@ -14,6 +19,8 @@ from crashcart.agent.notify.base import DeliveryError, Notification, NotifierSet
 from crashcart.agent.notify.store import StoreSettings
 
 STORE = StoreSettings(kind="store")
+PAGE = "page"
+"""The action_id of a page's delivery records (one incident, one message per notifier)."""
 
 
 class Dispatcher:
@@ -31,21 +38,39 @@ class Dispatcher:
         for s in self.settings:
             if s.label in done or not s.wants(n):
                 continue
-            attempts, error = self._attempt(s, n)
+            attempts, error, _ = self._attempt(s, lambda notifier: notifier.send(n))
             status = "delivered" if error is None else "dead_letter"
             self.store.record_delivery(incident_id, n.action_id, s.label, s.kind, status, attempts, payload,
                                        error=error, at=at)
 
-    def _attempt(self, s: NotifierSettings, n: Notification) -> tuple[int, str | None]:
-        notifier = s.build()
+    def page(self, incident_id: str, state: dict[str, Any] | None = None, at: datetime | None = None) -> None:
+        """Bring every paging notifier's message about this incident up to date (watch's incidents only:
+        one asked in chat is answered in its own thread)."""
+        pagers = [s for s in self.settings if s.pages]
+        if not pagers:
+            return
+        detail = self.store.get_incident(incident_id)
+        if detail is None or detail.incident.source != "watch":
+            return
+        payload = {"status": detail.incident.status, "summary": (detail.incident.diagnosis or {}).get("summary")}
+        for s in pagers:
+            attempts, error, sent = self._attempt(s, lambda notifier: notifier.page(incident_id, state))
+            if sent or error is not None:
+                self.store.record_delivery(incident_id, PAGE, s.label, s.kind, "delivered" if error is None
+                                           else "dead_letter", attempts, payload, error=error, at=at)
+
+    def _attempt(self, s: NotifierSettings, send: Callable[[Any], Any]) -> tuple[int, str | None, Any]:
+        notifier = s.build_for(self.store)
         attempts = 0
         while True:
             attempts += 1
             try:
-                notifier.send(n)
-                return attempts, None
+                return attempts, None, send(notifier)
             except Exception as e:  # noqa: BLE001 - whatever breaks, the escalation stays recorded
                 permanent = not isinstance(e, DeliveryError) or e.permanent
                 if permanent or attempts > s.retries:
-                    return attempts, str(e) if isinstance(e, DeliveryError) else f"{s.label}: {type(e).__name__}: {e}"
-                self.sleep(s.backoff_seconds * 2 ** (attempts - 1))
+                    error = str(e) if isinstance(e, DeliveryError) else f"{s.label}: {type(e).__name__}: {e}"
+                    return attempts, error, None
+                # The receiver's own Retry-After wins over a shorter backoff.
+                wait = s.backoff_seconds * 2 ** (attempts - 1)
+                self.sleep(max(wait, getattr(e, "retry_after", None) or 0))

@@ -8,6 +8,7 @@ from pydantic import ValidationError
 
 from crashcart.agent.notify.base import NotifierSettings
 from crashcart.agent.notify.email import EmailSettings
+from crashcart.agent.notify.slack import SlackSettings
 from crashcart.agent.notify.store import StoreSettings
 from crashcart.agent.notify.webhook import WebhookSettings
 from crashcart.tools.yamlio import describe_validation_error
@@ -16,6 +17,7 @@ KINDS: dict[str, type[NotifierSettings]] = {
     "webhook": WebhookSettings,
     "email": EmailSettings,
     "store": StoreSettings,
+    "slack": SlackSettings,
 }
 
 

@@ -39,6 +39,7 @@ class Connection:
     def __init__(self, sock: socket.socket):
         self.sock = sock
         self.open = True
+        self.retiring = False  # told to reconnect: hung up once the client's next connection is open
         self._send_lock = threading.Lock()
 
     def send(self, opcode: int, payload: bytes) -> None:
@@ -76,7 +77,12 @@ class Connection:
         return chunks
 
     def close(self) -> None:
+        """Hang up as a server does: the client's blocked read sees the end of the stream at once."""
         self.open = False
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
         try:
             self.sock.close()
         except OSError:
@@ -183,9 +189,11 @@ class SlackSocketServer:
         return self.deliver("interactive", payload, accepts_response_payload=payload.get("type") != "block_actions")
 
     def disconnect(self, reason: str = "warning") -> None:
-        """Slack's notice before it closes a connection (the client then reconnects)."""
-        self.wait_connected().send_json({"type": "disconnect", "reason": reason,
-                                         "debug_info": {"host": "applink-crashcart-test"}})
+        """Slack's notice before it closes a connection: the client opens a new one, then this
+        one is hung up (Slack closes it a few seconds later)."""
+        conn = self.wait_connected()
+        conn.retiring = True
+        conn.send_json({"type": "disconnect", "reason": reason, "debug_info": {"host": "applink-crashcart-test"}})
 
     # --- the server side ----------------------------------------------------------------------
 
@@ -206,8 +214,11 @@ class SlackSocketServer:
             if not self._handshake(conn):
                 return
             with self._changed:
+                retiring = [c for c in self._connections if c.retiring and c.open]
                 self._connections.append(conn)
                 self._changed.notify_all()
+            for old in retiring:
+                old.close()
             conn.send_json({"type": "hello", "num_connections": len([c for c in self._connections if c.open]),
                             "debug_info": {"host": "applink-crashcart-test", "build_number": 1,
                                            "approximate_connection_time": 18060},

@@ -176,3 +176,47 @@ def incident_text(incident_id: str, status: str, diagnosis: dict[str, Any] | Non
     """The plain fallback Slack shows in notifications and to clients without blocks."""
     label = (diagnosis or {}).get("label") or "no diagnosis yet"
     return _cut(f"crashcart {incident_id}: {status}: {label}", 300)
+
+
+# --- a page: the message `watch` keeps up to date for an incident (agent/notify/slack.py) -----
+
+def group_mention(group: str | None) -> str:
+    """A user group's mention (`<!subteam^S0123>`), which notifies its members; empty without one."""
+    return f"<!subteam^{group}>" if group else ""
+
+
+def answers_blocks(answers: list[str]) -> list[dict[str, Any]]:
+    """Who answered what: `node_drain gpu-b07: approved by alice` (names are data: plain text)."""
+    return [{"type": "context", "elements": [plain("; ".join(answers))]}] if answers else []
+
+
+def page_blocks(incident_id: str, status: str, diagnosis: dict[str, Any] | None, actions: list[dict[str, Any]],
+                *, cluster: str, mention: str = "", answers: list[str] = (), waits_for: str | None = None,
+                ) -> list[dict[str, Any]]:
+    """An incident `watch` opened, for the channel that is paged: the incident (no buttons: a
+    page is approved where the incident's policy says, `crashcart approve`), who answered, and
+    who is needed."""
+    blocks = ([context(f":rotating_light: {mention}")] if mention else [])
+    blocks += incident_blocks(incident_id, status, diagnosis, actions, cluster=cluster)
+    blocks += answers_blocks(list(answers))
+    if waits_for:
+        blocks.append(context(f"Waiting for {escape_mrkdwn(waits_for)}: `crashcart approve {escape_mrkdwn(incident_id)}`"))
+    blocks.append(context(f"`crashcart incidents show {escape_mrkdwn(incident_id)}`"))
+    return blocks[:50]
+
+
+def page_text(incident_id: str, status: str, diagnosis: dict[str, Any] | None, mention: str = "") -> str:
+    """The page's fallback text: the incident_text, with the group mention that notifies people."""
+    return f"{mention} {escape_mrkdwn(incident_text(incident_id, status, diagnosis))}".strip()
+
+
+def status_change_text(before: str | None, status: str, actions: list[dict[str, Any]], mention: str = "") -> str:
+    """The thread reply when a paged incident moves on: from what to what, and each action now."""
+    moved = f"{before} → {status}" if before and before != status else status
+    lines = [f"Now {moved}."] + [f"• {action_line(a)}" for a in actions]
+    return f"{mention} {escape_mrkdwn(_cut(chr(10).join(lines)))}".strip()
+
+
+def notification_text(text: str, mention: str = "") -> str:
+    """An escalation or notification (agent/notify.Notification.text()) as a message: escaped."""
+    return f"{mention} {escape_mrkdwn(_cut(text))}".strip()
