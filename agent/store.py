@@ -899,6 +899,11 @@ class IncidentStore:
         rows = self._rows(Page, "SELECT * FROM pages WHERE incident_id = ? AND notifier = ?", [incident_id, notifier])
         return rows[0] if rows else None
 
+    def incident_of_page(self, channel: str, ts: str) -> str | None:
+        """The incident whose page is the message `ts` in `channel` (Slack ids), if any."""
+        rows = self._rows(Page, "SELECT * FROM pages WHERE channel = ? AND ts = ?", [channel, ts])
+        return rows[0].incident_id if rows else None
+
     def save_page(self, incident_id: str, notifier: str, channel: str, ts: str, status: str, digest: str,
                   at: datetime | None = None) -> None:
         with self.lock:

@@ -114,9 +114,9 @@ def _check(service: SlackService, deps: Any, click: Click, binding: dict[str, st
     if pending.tool != binding["tool"] or kit.args_sha256(pending.args or {}) != binding["args"]:
         raise Refused(f"the button names {binding['tool']} with other arguments than action {action_id} of "
                       f"incident {incident}.")
-    if not _message_belongs(incident, click):
+    if not _message_belongs(deps.store, incident, click):
         raise Refused(f"this button sits in another incident's thread than {incident}'s; a click answers only the "
-                      "incident whose message holds it.")
+                      "incident whose thread or page holds it.")
     approver = slack_ids_of(policy).get(click.slack_user)
     if approver is None:
         raise Refused(f"Slack user {click.slack_user or '(none)'} is not an approver in the guard policy of "
@@ -124,9 +124,15 @@ def _check(service: SlackService, deps: Any, click: Click, binding: dict[str, st
     return approver, sha
 
 
-def _message_belongs(incident: str, click: Click) -> bool:
-    """The clicked message is in the incident's own thread (one Slack thread is one incident)."""
-    return bool(click.channel and click.thread_ts) and incident_for_thread(click.channel, click.thread_ts) == incident
+def _message_belongs(store: Any, incident: str, click: Click) -> bool:
+    """The clicked message is in the incident's own thread (one Slack thread is one incident asked
+    in Slack), or is the page the Slack notifier posted for it (watch's incidents)."""
+    if not (click.channel and click.thread_ts):
+        return False
+    if incident_for_thread(click.channel, click.thread_ts) == incident:
+        return True
+    return any(store.incident_of_page(click.channel, ts) == incident
+               for ts in dict.fromkeys((click.message_ts, click.thread_ts)) if ts)
 
 
 def _tell(client: Any, click: Click, text: str) -> None:
