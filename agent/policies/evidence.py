@@ -29,6 +29,21 @@ LIMIT_TOOLS = {
 }
 
 
+# How people write a job id or a job or node name in a question: 48213, gpu-b07, llama-70b, node_12
+# (letters and digits joined by - or _), never a date or a time (no letters), never a plain word.
+ENTITY_NAME = re.compile(r"(?<![\w-])(?:\d{4,}|(?=[\w-]*[a-zA-Z])(?=[\w-]*\d)[a-zA-Z0-9]+(?:[-_][a-zA-Z0-9]+)+)(?![\w-])")
+
+
+def _names(text: str, name: str) -> bool:
+    """`text` names `name` as a whole word (a job id or name: hyphens are part of it)."""
+    return re.search(rf"(?<![\w-]){re.escape(name)}(?![\w-])", text, re.I) is not None
+
+
+def _last_seen(job: JobFacts) -> float:
+    when = job.end_time or job.start_time or job.submit_time
+    return when.timestamp() if when else 0.0
+
+
 @dataclass
 class TextDoc:
     source: str
@@ -103,9 +118,30 @@ class Evidence:
         text = self.trigger.get("text") or ""
         if text and self.jobs:
             for job_id in self.jobs:
-                if re.search(rf"(?<![\w-]){re.escape(job_id)}(?![\w-])", text) and job_id not in found:
+                if _names(text, job_id) and job_id not in found:
                     found.append(job_id)
+            if not found:
+                # People name jobs by name ("what killed llama-70b?"): its failed runs first, then the latest.
+                named = [f for f in self.jobs.values() if f.name and len(f.name) >= 3 and _names(text, f.name)]
+                named.sort(key=lambda f: (not f.failed, -_last_seen(f)))
+                found += [f.job for f in named[:3]]
         return found
+
+    def focus_nodes(self) -> list[str]:
+        """The trigger's node, or the nodes a chat message names that the cluster's node listing showed."""
+        found = [self.trigger["node"]] if self.trigger.get("node") else []
+        text = self.trigger.get("text") or ""
+        if self.trigger.get("kind") == "chat" and text:
+            found += [n for n in self.nodes if n not in found and _names(text, n)]
+        return found
+
+    def unmatched_names(self) -> list[str]:
+        """What a chat message names (job ids, job and node names) that nothing the investigation saw is called."""
+        if self.trigger.get("kind") != "chat":
+            return []
+        known = set(self.jobs) | {f.name for f in self.jobs.values() if f.name} | set(self.nodes)
+        return [t for t in dict.fromkeys(ENTITY_NAME.findall(self.trigger.get("text") or ""))
+                if not any(_names(t, k) for k in known)]
 
     def upstream_jobs(self) -> list[str]:
         ups: list[str] = []

@@ -90,8 +90,10 @@ class PlaybookPolicy:
             return calls
         if t["kind"] == "chat" or (t["kind"] == "node_alert" and not t.get("job")):
             calls.append(ToolCall(tool="list_jobs", args={}))
-        if t.get("node"):
-            node = t["node"]
+        if t["kind"] == "chat" and not first and ev.unmatched_names():
+            # The question names something no job is called ("is gpu-b07 healthy?"): is it a node?
+            calls.append(self._node_listing(backend, {}))
+        for node in ev.focus_nodes():
             calls += [
                 ToolCall(tool="kernel_log", args={"node": node}),
                 ToolCall(tool="nvidia_smi_query", args={"node": node}),
@@ -311,9 +313,19 @@ class PlaybookPolicy:
     def _no_match(self, ev: Evidence) -> Diagnosis:
         focus = [ev.jobs[j] for j in ev.focus_jobs() if j in ev.jobs]
         failed = [f for f in focus if f.failed]
+        nodes = ev.focus_nodes()
+        unmatched = ev.unmatched_names()
+        if not failed and not focus and not nodes and unmatched:
+            # A question about something this cluster has nothing called: "could not tell", never "healthy".
+            return Diagnosis(
+                label="unrecognized", family="none", root_cause=None, remedy="none", confidence=0.1,
+                summary=f"Nothing in this cluster's jobs or nodes is called {', '.join(unmatched[:3])} (by id or name), "
+                        "so crashcart could not tell; ask with the job id or the node's name as the scheduler shows it.",
+                evidence=[f"asked about: {name}" for name in unmatched[:5]],
+            )
         if not failed:
             # Nothing is wrong, but the verdict is about something: what was asked about.
-            subject = f"job:{focus[0].job}" if focus else (f"node:{ev.trigger['node']}" if ev.trigger.get("node") else None)
+            subject = f"job:{focus[0].job}" if focus else (f"node:{nodes[0]}" if nodes else None)
             return Diagnosis(
                 label=HEALTHY, family="none", root_cause=subject, remedy="none", confidence=0.6,
                 summary="No fault found: the jobs in question are running, queued as expected or finished.",

@@ -150,3 +150,10 @@ def test_socket_mode_delivers_a_mention_acks_it_and_answers_in_the_thread(rig, s
         assert len(answers) == 1 and "gpu_fallen_off_bus" in block_texts(answers[0])
     finally:
         handler.close()
+
+
+def test_without_a_model_it_says_what_it_cannot_tell(rig):
+    asked = rig.mention(CAROL, "what killed llama-70b last night?")
+    shown = block_texts(rig.bot_replies(asked["ts"])[0])
+    assert "could not tell" in shown and "llama-70b" in shown
+    assert "healthy" not in shown
