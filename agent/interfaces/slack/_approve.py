@@ -32,18 +32,29 @@ class Click:
     thread_ts: str | None
 
     @classmethod
-    def from_body(cls, body: dict[str, Any]) -> Click:
-        action = (body.get("actions") or [{}])[0]
-        container = body.get("container") or {}
-        message = body.get("message") or {}
+    def from_body(cls, body: Any) -> Click:
+        """Read leniently: an unverified request (journaled before its 401) may hold anything."""
+        body = _mapping(body)
+        actions = body.get("actions")
+        action = _mapping(actions[0] if isinstance(actions, list) and actions else None)
+        container, message = _mapping(body.get("container")), _mapping(body.get("message"))
         return cls(
-            slack_user=str((body.get("user") or {}).get("id") or ""),
+            slack_user=_text(_mapping(body.get("user")).get("id")) or "",
             approved=action.get("action_id") == kit.APPROVE_ACTION,
-            value=str(action.get("value") or ""),
-            channel=(body.get("channel") or {}).get("id") or container.get("channel_id"),
-            message_ts=message.get("ts") or container.get("message_ts"),
-            thread_ts=message.get("thread_ts") or container.get("thread_ts") or message.get("ts"),
+            value=_text(action.get("value")) or "",
+            channel=_text(_mapping(body.get("channel")).get("id")) or _text(container.get("channel_id")),
+            message_ts=_text(message.get("ts")) or _text(container.get("message_ts")),
+            thread_ts=(_text(message.get("thread_ts")) or _text(container.get("thread_ts"))
+                       or _text(message.get("ts"))),
         )
+
+
+def _mapping(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
 
 
 def binding_of(value: str) -> dict[str, str] | None:

@@ -52,7 +52,12 @@ def event_body(event: dict[str, Any]) -> str:
 
 def click_body(user: str, action_id: str, value: str, message: dict[str, Any], response_url: str) -> str:
     """A block_actions payload as Slack POSTs it: form-encoded `payload=` JSON."""
-    payload = {
+    return urlencode({"payload": json.dumps(click_payload(user, action_id, value, message, response_url))})
+
+
+def click_payload(user: str, action_id: str, value: str, message: dict[str, Any], response_url: str) -> dict[str, Any]:
+    """What Slack sends when someone clicks a button on `message`."""
+    return {
         "type": "block_actions", "user": {"id": user, "username": user.lower(), "name": user.lower(),
                                           "team_id": TEAM_ID},
         "api_app_id": APP_ID, "token": "Jhj5dZrVaK7ZwHHjRyZWjbDl",
@@ -65,7 +70,6 @@ def click_body(user: str, action_id: str, value: str, message: dict[str, Any], r
         "actions": [{"action_id": action_id, "block_id": "approval:x", "text": {"type": "plain_text", "text": "Approve"},
                      "value": value, "style": "primary", "type": "button", "action_ts": f"{time.time():.6f}"}],
     }
-    return urlencode({"payload": json.dumps(payload)})
 
 
 @dataclass
@@ -77,9 +81,10 @@ class SlackRig:
     api: Any
 
     def dispatch(self, body: str, headers: dict[str, list[str]]) -> Any:
-        from slack_bolt.request import BoltRequest
+        """As `crashcart slack --http` hands a request to Bolt (agent/interfaces/slack/_run.py)."""
+        from crashcart.agent.interfaces.slack._run import dispatch
 
-        return self.app.dispatch(BoltRequest(body=body, headers=headers))
+        return dispatch(self.app, body, "", headers)
 
     def mention(self, user: str, text: str, thread_ts: str | None = None) -> dict[str, Any]:
         """A person's message in the channel (in the loopback workspace), delivered as an app_mention."""
@@ -123,11 +128,12 @@ def make_rig(tmp_path: Path, api: Any, guard: dict[str, Any] | None = None) -> S
     for user, name in ((ALICE, "alice"), (BOB, "bob"), (CAROL, "carol")):
         api.workspace.add_user(user, name)
     scenario = load_scenario(SCENARIO)
+    playbook = make_policy("playbook")  # one instance, as `crashcart slack` shares its deps' policy
     backend = FixtureBackend(scenario.cluster, scenario.backend)
     store = IncidentStore(str(tmp_path / "incidents.duckdb"))
     service = SlackService(cluster="gpu-test", backend=backend, guard_policy=policy_from_dict(guard or guard_policy()),
                            store=store, checkpointer=open_checkpointer(tmp_path / "checkpoints.sqlite"),
-                           make_policy=lambda: make_policy("playbook"), notifiers=[])
+                           make_policy=lambda: playbook, notifiers=[])
     client = WebClient(token=api.bot_token, base_url=api.base_url + "/api/")
     app = build_app(service, token=api.bot_token, signing_secret=SIGNING_SECRET, client=client)
     return SlackRig(app, service, backend, store, api)
