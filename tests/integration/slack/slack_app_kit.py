@@ -115,7 +115,8 @@ class SlackRig:
         return [m for m in self.api.workspace.thread(CHANNEL, thread_ts)[1:] if m.get("bot_id")]
 
 
-def make_rig(tmp_path: Path, api: Any, guard: dict[str, Any] | None = None) -> SlackRig:
+def make_rig(tmp_path: Path, api: Any, guard: dict[str, Any] | None = None, policy: Any = None) -> SlackRig:
+    """`policy`: the investigating policy (default: the playbooks)."""
     from slack_sdk import WebClient
 
     from crashcart.agent.checkpointer import open_checkpointer
@@ -128,7 +129,7 @@ def make_rig(tmp_path: Path, api: Any, guard: dict[str, Any] | None = None) -> S
     for user, name in ((ALICE, "alice"), (BOB, "bob"), (CAROL, "carol")):
         api.workspace.add_user(user, name)
     scenario = load_scenario(SCENARIO)
-    playbook = make_policy("playbook")  # one instance, as `crashcart slack` shares its deps' policy
+    playbook = policy or make_policy("playbook")  # one instance, as `crashcart slack` shares its deps' policy
     backend = FixtureBackend(scenario.cluster, scenario.backend)
     store = IncidentStore(str(tmp_path / "incidents.duckdb"))
     service = SlackService(cluster="gpu-test", backend=backend, guard_policy=policy_from_dict(guard or guard_policy()),
