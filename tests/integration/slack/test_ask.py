@@ -133,25 +133,6 @@ def test_the_slash_command_acks_at_once_and_answers_in_a_thread_of_its_own(rig, 
     assert len(answers) == 1 and "gpu_fallen_off_bus" in block_texts(answers[0])
 
 
-def test_socket_mode_delivers_a_mention_acks_it_and_answers_in_the_thread(rig, slack_api, slack_socket):
-    """The same app over Socket Mode: slack_sdk's builtin client connects through apps.connections.open."""
-    from slack_bolt.adapter.socket_mode import SocketModeHandler
-
-    handler = SocketModeHandler(rig.app, slack_api.app_token)
-    handler.connect()
-    try:
-        slack_socket.wait_connected()
-        asked = slack_api.workspace.post(CHANNEL, user=CAROL, text=f"<@U0CRASHBOT> why did job {JOB} die?")
-        envelope = slack_socket.events_api({"type": "app_mention", "user": CAROL, "text": asked["text"],
-                                            "ts": asked["ts"], "channel": CHANNEL, "event_ts": asked["ts"]})
-        slack_socket.wait_ack(envelope)  # acked only after the work was counted: wait_idle waits for it
-        assert rig.service.wait_idle(60)
-        answers = slack_api.workspace.thread(CHANNEL, asked["ts"])[1:]
-        assert len(answers) == 1 and "gpu_fallen_off_bus" in block_texts(answers[0])
-    finally:
-        handler.close()
-
-
 def test_without_a_model_it_says_what_it_cannot_tell(rig):
     asked = rig.mention(CAROL, "what killed llama-70b last night?")
     shown = block_texts(rig.bot_replies(asked["ts"])[0])
