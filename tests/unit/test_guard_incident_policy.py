@@ -171,6 +171,23 @@ def test_an_approver_entry_may_bind_a_person_to_os_accounts(store, clock):
     assert g.approve(d.action_id, INC, "alice", True, os_user="asmith").decision == "allow"
 
 
+def test_from_slack_a_person_is_known_only_by_the_slack_ids_their_entry_lists(store, clock):
+    """A Slack click carries the clicker's user id (Slack signed it); the OS account of the app's
+    process says nothing about who clicked, so it is not the check, and no Slack id is no way in."""
+    g = Guard(policy(approval=[{"tool": "node_drain"}], approval_settings={"require_os_user": True},
+                     approvers=[{"name": "alice", "os_users": ["asmith"], "slack_ids": ["U024BE7LH"]}, "bob"]),
+              store, "c1", clock)
+    d = ask(g)
+    with pytest.raises(ApprovalError, match="from Slack only as user U024BE7LH; this came from Slack user U0MALLORY"):
+        g.approve(d.action_id, INC, "alice", True, slack_user="U0MALLORY")
+    with pytest.raises(ApprovalError, match=r"bob may approve from Slack only as user \(none listed\)"):
+        g.approve(d.action_id, INC, "bob", True, slack_user="U024BE7LH")
+    assert g.approve(d.action_id, INC, "alice", True, slack_user="U024BE7LH").decision == "allow"
+    refused, _, accepted = store.approval_attempts(INC)
+    assert (refused.slack_user, refused.outcome) == ("U0MALLORY", "refused")
+    assert (accepted.approver, accepted.slack_user, accepted.outcome) == ("alice", "U024BE7LH", "accepted")
+
+
 def test_a_policy_can_require_every_approver_to_be_their_own_os_user(store, clock):
     g = Guard(policy(approval=[{"tool": "node_drain"}], approval_settings={"require_os_user": True}),
               store, "c1", clock)
