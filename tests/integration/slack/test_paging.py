@@ -186,3 +186,31 @@ def test_a_deleted_message_is_posted_again(slack_api, paging):
     assert update.answer["error"] == "message_not_found"
     again = watcher.deps.store.page(incident, "slack")
     assert again.ts != first.ts and any(m["ts"] == again.ts and "blocks" in m for m in channel["messages"])
+
+
+def test_the_next_poll_tries_an_undelivered_page_again(slack_api, paging):
+    watcher, _ = paging({"retries": 0})
+    slack_api.fail("chat.postMessage", "service_unavailable", times=2, status=503)  # the escalation, the page
+    [incident] = watcher.poll_once()
+    store = watcher.deps.store
+    assert store.page(incident, "slack") is None and store.undelivered_counts([incident])
+    assert store.get_incident(incident).incident.status == "awaiting_approval"  # waiting, and nobody paged yet
+
+    assert watcher.poll_once() == []  # nothing new on the cluster, but the page goes out now
+    page = store.page(incident, "slack")
+    assert page is not None and page.status == "awaiting_approval"
+    [message] = [m for m in slack_api.messages(HW_CHANNEL) if m["ts"] == page.ts]
+    assert f"node_drain {BAD_NODE}: waiting for approval" in _texts(message["blocks"])
+    rows = [d for d in store.deliveries(incident) if d.action_id == "page"]
+    assert [d.status for d in rows] == ["dead_letter", "delivered"]
+
+
+def test_a_page_that_keeps_failing_the_same_way_is_recorded_once(slack_api, paging):
+    watcher, _ = paging({"retries": 0, "route": {}, "channel": "#no-such-channel"})
+    [incident] = watcher.poll_once()
+    for _ in range(3):
+        watcher.poll_once()
+    rows = [d for d in watcher.deps.store.deliveries(incident) if d.action_id == "page"]
+    assert [d.status for d in rows] == ["dead_letter"]
+    tried = [c for c in slack_api.calls("chat.postMessage") if c.params["channel"] == "#no-such-channel"]
+    assert len(tried) >= 4  # tried at every poll all the same
