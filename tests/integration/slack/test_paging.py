@@ -10,6 +10,7 @@ import sqlite3
 
 import pytest
 from langgraph.checkpoint.sqlite import SqliteSaver
+from slack_app_kit import block_texts
 
 from crashcart.agent.guard import policy_from_dict
 from crashcart.agent.notify import parse_notifiers
@@ -55,22 +56,7 @@ def paging(slack_api, tmp_path, monkeypatch):
 
 
 def _texts(blocks) -> str:
-    """Every string in a message's blocks, as a person would read them, in order."""
-    out = []
-
-    def walk(x):
-        if isinstance(x, dict):
-            if isinstance(x.get("text"), str):
-                out.append(x["text"])
-            for k, v in x.items():
-                if k != "text" or not isinstance(v, str):
-                    walk(v)
-        elif isinstance(x, list):
-            for v in x:
-                walk(v)
-
-    walk(blocks)
-    return "\n".join(out)
+    return block_texts({"blocks": blocks})
 
 
 def test_a_watch_incident_is_posted_once_then_updated_in_place_and_in_its_thread(slack_api, paging):
