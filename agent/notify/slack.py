@@ -154,8 +154,10 @@ class SlackNotifier:
         channel = before.channel if before else channel  # the message stays where people first saw it
         mention = kit.group_mention(group) if inc.status in ATTENTION else ""
         text = kit.page_text(inc.id, inc.status, inc.diagnosis, mention)
+        stored = self.store.incident_policy(incident_id)
         body = kit.page_blocks(inc.id, inc.status, inc.diagnosis, actions, cluster=inc.cluster, mention=mention,
-                               answers=answers, waits_for=" / ".join(dict.fromkeys(waiting)) or None)
+                               answers=answers, waits_for=" / ".join(dict.fromkeys(waiting)) or None,
+                               policy_sha256=stored.sha256 if stored else None)
         digest = hashlib.sha256(json.dumps([text, body], sort_keys=True).encode()).hexdigest()
         if before is not None and before.digest == digest:
             return False

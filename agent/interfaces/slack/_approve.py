@@ -114,7 +114,7 @@ def _check(service: SlackService, deps: Any, click: Click, binding: dict[str, st
     if pending.tool != binding["tool"] or kit.args_sha256(pending.args or {}) != binding["args"]:
         raise Refused(f"the button names {binding['tool']} with other arguments than action {action_id} of "
                       f"incident {incident}.")
-    if not _message_belongs(incident, click):
+    if not _message_belongs(incident, click, deps.store):
         raise Refused(f"this button sits in another incident's thread than {incident}'s; a click answers only the "
                       "incident whose message holds it.")
     approver = slack_ids_of(policy).get(click.slack_user)
@@ -124,9 +124,13 @@ def _check(service: SlackService, deps: Any, click: Click, binding: dict[str, st
     return approver, sha
 
 
-def _message_belongs(incident: str, click: Click) -> bool:
-    """The clicked message is in the incident's own thread (one Slack thread is one incident)."""
-    return bool(click.channel and click.thread_ts) and incident_for_thread(click.channel, click.thread_ts) == incident
+def _message_belongs(incident: str, click: Click, store: Any) -> bool:
+    """The clicked message is in the incident's own thread (one Slack thread is one incident), or
+    is the page `watch` posted for it (agent/notify/slack.py keeps its channel and ts)."""
+    if not (click.channel and click.thread_ts):
+        return False
+    return incident_for_thread(click.channel, click.thread_ts) == incident or any(
+        (p.channel, p.ts) == (click.channel, click.thread_ts) for p in store.pages(incident))
 
 
 def _tell(client: Any, click: Click, text: str) -> None:

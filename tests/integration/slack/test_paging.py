@@ -200,3 +200,33 @@ def test_a_page_that_keeps_failing_the_same_way_is_recorded_once(slack_api, pagi
     assert [d.status for d in rows] == ["dead_letter"]
     tried = [c for c in slack_api.calls("chat.postMessage") if c.params["channel"] == "#no-such-channel"]
     assert len(tried) >= 4  # tried at every poll all the same
+
+
+def test_a_page_is_approved_with_its_own_buttons_and_only_by_the_policys_approver(tmp_path, slack_api, monkeypatch):
+    """The Slack app (agent/interfaces/slack) honours a click on the page `watch` posted, like one
+    in a chat thread: signed, bound to the action and the policy, by someone the policy names."""
+    from slack_app_kit import ALICE, CAROL, buttons, make_rig
+
+    monkeypatch.setenv("SLACK_BOT_TOKEN", slack_api.bot_token)
+    rig = make_rig(tmp_path, slack_api)  # the app, its store and checkpoints in tmp_path
+    deps = make_deps(rig.backend, PlaybookPolicy(), rig.service.deps().guard.policy, rig.store, cluster=rig.service.cluster,
+                     notifiers=parse_notifiers([_slack_entry(slack_api, route={})]))
+    watcher = Watcher(deps, cluster=rig.service.cluster, checkpointer=rig.service.checkpointer,
+                      settings=WatchSettings(interval_s=0))
+    [incident] = watcher.poll_once()
+    page = rig.store.page(incident, "slack")
+    [message] = [m for m in slack_api.messages(page.channel) if m["ts"] == page.ts]
+    approve = buttons(message)["crashcart_approve"]["value"]
+    assert json.loads(approve)["incident"] == incident
+
+    rig.click(CAROL, approve, message)  # in no policy: refused, nothing runs
+    assert [a.tool for a in rig.store.get_incident(incident).actions].count("node_drain") == 0
+    refused = rig.store.approval_attempts(incident)[-1]
+    assert refused.outcome == "refused" and "is not an approver" in refused.reason
+
+    rig.click(ALICE, approve, message)
+    detail = rig.store.get_incident(incident)
+    assert [a.tool for a in detail.actions].count("node_drain") == 1
+    assert rig.backend.cluster.node(BAD_NODE).state in ("drained", "draining")
+    [accepted] = [a for a in rig.store.approval_attempts(incident) if a.outcome == "accepted"]
+    assert (accepted.approver, accepted.slack_user) == ("alice", ALICE)
