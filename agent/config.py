@@ -21,6 +21,8 @@ notifiers:                        # agent/notify: where escalate/notify go (the 
   - {kind: webhook, url: "https://hooks.example.org/oncall", token_env: ONCALL_TOKEN}
   - {kind: email, host: smtp.example.org, port: 587, security: starttls, username: crashcart,
      password_env: SMTP_PASSWORD, sender: crashcart@example.org, to: [gpu-oncall@example.org]}
+  - {kind: slack, token_env: SLACK_BOT_TOKEN, channel: "#gpu-oncall",     # agent/notify/slack.py
+     route: {teams: {hardware: {channel: "#gpu-hardware", group: S0HWTEAM01}}}}
 ```
 
 or, for Kubernetes (tools/backends/kubernetes/_config.py: KubernetesSettings):

@@ -896,13 +896,12 @@ class IncidentStore:
         return {r[0] for r in rows}
 
     def page(self, incident_id: str, notifier: str) -> Page | None:
-        rows = self._rows(Page, "SELECT * FROM pages WHERE incident_id = ? AND notifier = ?", [incident_id, notifier])
+        rows = [p for p in self.pages(incident_id) if p.notifier == notifier]
         return rows[0] if rows else None
 
-    def incident_of_page(self, channel: str, ts: str) -> str | None:
-        """The incident whose page is the message `ts` in `channel` (Slack ids), if any."""
-        rows = self._rows(Page, "SELECT * FROM pages WHERE channel = ? AND ts = ?", [channel, ts])
-        return rows[0].incident_id if rows else None
+    def pages(self, incident_id: str) -> list[Page]:
+        """Every message that pages people about this incident (one per notifier)."""
+        return self._rows(Page, "SELECT * FROM pages WHERE incident_id = ? ORDER BY notifier", [incident_id])
 
     def save_page(self, incident_id: str, notifier: str, channel: str, ts: str, status: str, digest: str,
                   at: datetime | None = None) -> None:

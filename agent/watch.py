@@ -93,8 +93,9 @@ class Watcher:
     def poll_once(self) -> list[str]:
         """Resume what a crash interrupted, detect what changed, run an incident per cause."""
         store, backend = self.deps.store, self.deps.backend
-        touched = [self._resume(i.id) for i in store.list_incidents(self.cluster, limit=1000)
-                   if i.status in UNFINISHED]
+        known = store.list_incidents(self.cluster, limit=1000)
+        touched = [self._resume(i.id) for i in known if i.status in UNFINISHED]
+        self._repage(known)
         now = backend.now()
         since = store.watch_cursor(self.cluster) or now - timedelta(minutes=self.settings.lookback_minutes)
         changes = backend.changes_since(since, stall_minutes=self.settings.stall_minutes)
@@ -107,6 +108,14 @@ class Watcher:
                            checkpointer=self.checkpointer, incident_id=incident_id, record=True, opened=True)
         store.set_watch_cursor(self.cluster, changes.now)
         return touched
+
+    def _repage(self, known: list[Any]) -> None:
+        """A page or escalation that could not be delivered is tried again at every poll (its
+        dead-letter record stays until one gets through), so an incident that waits is not unseen."""
+        notifier = self.deps.notifier
+        if notifier is not None:
+            for incident_id in self.deps.store.undelivered_counts([i.id for i in known]):
+                notifier.page(incident_id, at=self.deps.backend.now())
 
     def _resume(self, incident_id: str) -> str:
         resume_unfinished(self.deps, incident_id, self.checkpointer)

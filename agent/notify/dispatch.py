@@ -53,8 +53,13 @@ class Dispatcher:
         if detail is None or detail.incident.source != "watch":
             return
         payload = {"status": detail.incident.status, "summary": (detail.incident.diagnosis or {}).get("summary")}
+        records = [d for d in self.store.deliveries(incident_id) if d.action_id == PAGE]
         for s in pagers:
             attempts, error, sent = self._attempt(s, lambda notifier: notifier.page(incident_id, state))
+            last = next((d for d in reversed(records) if d.notifier == s.label), None)
+            if error is not None and last is not None and (last.status, last.error, last.payload) == (
+                    "dead_letter", error, payload):
+                continue  # the same failure, tried again at a later poll: its record already says so
             if sent or error is not None:
                 self.store.record_delivery(incident_id, PAGE, s.label, s.kind, "delivered" if error is None
                                            else "dead_letter", attempts, payload, error=error, at=at)

@@ -86,6 +86,7 @@ class SlackSettings(NotifierSettings):
     base_url: str = "https://slack.com/api/"
     """Slack's Web API (another URL for GovSlack, a proxy or a test server)."""
     timeout: float = Field(10, gt=0, le=120)
+    pages: ClassVar[bool] = True
 
     @model_validator(mode="after")
     def _token_and_url(self) -> SlackSettings:
@@ -95,8 +96,6 @@ class SlackSettings(NotifierSettings):
         if parts.scheme not in ("http", "https") or not parts.netloc:
             raise ValueError(f"base_url {self.base_url!r} is not an http(s) URL")
         return self
-
-    pages: ClassVar[bool] = True
 
     def channel_for(self, cluster: str, partition: str | None, team: str | None) -> tuple[str, str | None]:
         """(channel, user group) for an incident: its team's, else its partition's, cluster's, default."""
@@ -154,8 +153,10 @@ class SlackNotifier:
         channel = before.channel if before else channel  # the message stays where people first saw it
         mention = kit.group_mention(group) if inc.status in ATTENTION else ""
         text = kit.page_text(inc.id, inc.status, inc.diagnosis, mention)
+        stored = self.store.incident_policy(incident_id)
         body = kit.page_blocks(inc.id, inc.status, inc.diagnosis, actions, cluster=inc.cluster, mention=mention,
-                               answers=answers, waits_for=" / ".join(dict.fromkeys(waiting)) or None)
+                               answers=answers, waits_for=" / ".join(dict.fromkeys(waiting)) or None,
+                               policy_sha256=stored.sha256 if stored else None)
         digest = hashlib.sha256(json.dumps([text, body], sort_keys=True).encode()).hexdigest()
         if before is not None and before.digest == digest:
             return False

@@ -137,13 +137,11 @@ def _check(service: SlackService, deps: Any, click: Click, binding: dict[str, st
 
 def _message_belongs(store: Any, incident: str, click: Click) -> bool:
     """The clicked message is in the incident's own thread (one Slack thread is one incident asked
-    in Slack), or is the page the Slack notifier posted for it (watch's incidents)."""
+    in Slack), or is the page `watch` posted for it (agent/notify/slack.py keeps its channel and ts)."""
     if not (click.channel and click.thread_ts):
         return False
-    if incident_for_thread(click.channel, click.thread_ts) == incident:
-        return True
-    return any(store.incident_of_page(click.channel, ts) == incident
-               for ts in dict.fromkeys((click.message_ts, click.thread_ts)) if ts)
+    return incident_for_thread(click.channel, click.thread_ts) == incident or any(
+        (p.channel, p.ts) == (click.channel, click.thread_ts) for p in store.pages(incident))
 
 
 def _tell(client: Any, click: Click, text: str) -> None:

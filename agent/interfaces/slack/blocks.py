@@ -192,12 +192,12 @@ def answers_blocks(answers: list[str]) -> list[dict[str, Any]]:
 
 def page_blocks(incident_id: str, status: str, diagnosis: dict[str, Any] | None, actions: list[dict[str, Any]],
                 *, cluster: str, mention: str = "", answers: list[str] = (), waits_for: str | None = None,
-                ) -> list[dict[str, Any]]:
-    """An incident `watch` opened, for the channel that is paged: the incident (no buttons: a
-    page is approved where the incident's policy says, `crashcart approve`), who answered, and
-    who is needed."""
+                policy_sha256: str | None = None) -> list[dict[str, Any]]:
+    """An incident `watch` opened, for the channel that is paged: the incident (with Approve/Reject
+    on what waits, bound to the incident's policy like in a chat thread), who answered, and who
+    is needed."""
     blocks = ([context(f":rotating_light: {mention}")] if mention else [])
-    blocks += incident_blocks(incident_id, status, diagnosis, actions, cluster=cluster)
+    blocks += incident_blocks(incident_id, status, diagnosis, actions, cluster=cluster, policy_sha256=policy_sha256)
     blocks += answers_blocks(list(answers))
     if waits_for:
         blocks.append(context(f"Waiting for {escape_mrkdwn(waits_for)}: `crashcart approve {escape_mrkdwn(incident_id)}`"))

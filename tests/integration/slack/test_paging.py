@@ -10,6 +10,7 @@ import sqlite3
 
 import pytest
 from langgraph.checkpoint.sqlite import SqliteSaver
+from slack_app_kit import block_texts
 
 from crashcart.agent.guard import policy_from_dict
 from crashcart.agent.notify import parse_notifiers
@@ -55,22 +56,7 @@ def paging(slack_api, tmp_path, monkeypatch):
 
 
 def _texts(blocks) -> str:
-    """Every string in a message's blocks, as a person would read them, in order."""
-    out = []
-
-    def walk(x):
-        if isinstance(x, dict):
-            if isinstance(x.get("text"), str):
-                out.append(x["text"])
-            for k, v in x.items():
-                if k != "text" or not isinstance(v, str):
-                    walk(v)
-        elif isinstance(x, list):
-            for v in x:
-                walk(v)
-
-    walk(blocks)
-    return "\n".join(out)
+    return block_texts({"blocks": blocks})
 
 
 def test_a_watch_incident_is_posted_once_then_updated_in_place_and_in_its_thread(slack_api, paging):
@@ -186,3 +172,61 @@ def test_a_deleted_message_is_posted_again(slack_api, paging):
     assert update.answer["error"] == "message_not_found"
     again = watcher.deps.store.page(incident, "slack")
     assert again.ts != first.ts and any(m["ts"] == again.ts and "blocks" in m for m in channel["messages"])
+
+
+def test_the_next_poll_tries_an_undelivered_page_again(slack_api, paging):
+    watcher, _ = paging({"retries": 0})
+    slack_api.fail("chat.postMessage", "service_unavailable", times=2, status=503)  # the escalation, the page
+    [incident] = watcher.poll_once()
+    store = watcher.deps.store
+    assert store.page(incident, "slack") is None and store.undelivered_counts([incident])
+    assert store.get_incident(incident).incident.status == "awaiting_approval"  # waiting, and nobody paged yet
+
+    assert watcher.poll_once() == []  # nothing new on the cluster, but the page goes out now
+    page = store.page(incident, "slack")
+    assert page is not None and page.status == "awaiting_approval"
+    [message] = [m for m in slack_api.messages(HW_CHANNEL) if m["ts"] == page.ts]
+    assert f"node_drain {BAD_NODE}: waiting for approval" in _texts(message["blocks"])
+    rows = [d for d in store.deliveries(incident) if d.action_id == "page"]
+    assert [d.status for d in rows] == ["dead_letter", "delivered"]
+
+
+def test_a_page_that_keeps_failing_the_same_way_is_recorded_once(slack_api, paging):
+    watcher, _ = paging({"retries": 0, "route": {}, "channel": "#no-such-channel"})
+    [incident] = watcher.poll_once()
+    for _ in range(3):
+        watcher.poll_once()
+    rows = [d for d in watcher.deps.store.deliveries(incident) if d.action_id == "page"]
+    assert [d.status for d in rows] == ["dead_letter"]
+    tried = [c for c in slack_api.calls("chat.postMessage") if c.params["channel"] == "#no-such-channel"]
+    assert len(tried) >= 4  # tried at every poll all the same
+
+
+def test_a_page_is_approved_with_its_own_buttons_and_only_by_the_policys_approver(tmp_path, slack_api, monkeypatch):
+    """The Slack app (agent/interfaces/slack) honours a click on the page `watch` posted, like one
+    in a chat thread: signed, bound to the action and the policy, by someone the policy names."""
+    from slack_app_kit import ALICE, CAROL, buttons, make_rig
+
+    monkeypatch.setenv("SLACK_BOT_TOKEN", slack_api.bot_token)
+    rig = make_rig(tmp_path, slack_api)  # the app, its store and checkpoints in tmp_path
+    deps = make_deps(rig.backend, PlaybookPolicy(), rig.service.deps().guard.policy, rig.store, cluster=rig.service.cluster,
+                     notifiers=parse_notifiers([_slack_entry(slack_api, route={})]))
+    watcher = Watcher(deps, cluster=rig.service.cluster, checkpointer=rig.service.checkpointer,
+                      settings=WatchSettings(interval_s=0))
+    [incident] = watcher.poll_once()
+    page = rig.store.page(incident, "slack")
+    [message] = [m for m in slack_api.messages(page.channel) if m["ts"] == page.ts]
+    approve = buttons(message)["crashcart_approve"]["value"]
+    assert json.loads(approve)["incident"] == incident
+
+    rig.click(CAROL, approve, message)  # in no policy: refused, nothing runs
+    assert [a.tool for a in rig.store.get_incident(incident).actions].count("node_drain") == 0
+    refused = rig.store.approval_attempts(incident)[-1]
+    assert refused.outcome == "refused" and "is not an approver" in refused.reason
+
+    rig.click(ALICE, approve, message)
+    detail = rig.store.get_incident(incident)
+    assert [a.tool for a in detail.actions].count("node_drain") == 1
+    assert rig.backend.cluster.node(BAD_NODE).state in ("drained", "draining")
+    [accepted] = [a for a in rig.store.approval_attempts(incident) if a.outcome == "accepted"]
+    assert (accepted.approver, accepted.slack_user) == ("alice", ALICE)
