@@ -145,34 +145,3 @@ def test_an_expired_request_is_refused(rig, slack_api):
     assert_nothing_ran(rig, incident_id, slack_api, ALICE, "expired after 60 minutes")
     assert "expired" in slack_api.ephemeral[-1]["text"]
 
-
-def test_a_click_on_the_page_of_a_watch_incident_is_honoured(rig, slack_api, monkeypatch):
-    """watch opened the incident and the Slack notifier paged it; the click on that page (not in a
-    thread crashcart answered) binds to it through the stored page and runs the drain once."""
-    from slack_app_kit import guard_policy
-
-    from crashcart.agent.guard import policy_from_dict
-    from crashcart.agent.interfaces.slack.blocks import button_value
-    from crashcart.agent.notify import parse_notifiers
-    from crashcart.agent.policies.playbook import PlaybookPolicy
-    from crashcart.agent.runner import make_deps
-    from crashcart.agent.watch import Watcher, WatchSettings
-
-    monkeypatch.setenv("SLACK_BOT_TOKEN", slack_api.bot_token)
-    pager = parse_notifiers([{"kind": "slack", "token_env": "SLACK_BOT_TOKEN", "channel": "#oncall",
-                              "backoff_seconds": 0, "base_url": slack_api.base_url + "/api/"}])
-    deps = make_deps(rig.backend, PlaybookPolicy(), policy_from_dict(guard_policy()), rig.store,
-                     cluster=rig.service.cluster, notifiers=pager)
-    [incident_id] = Watcher(deps, cluster=rig.service.cluster, checkpointer=rig.service.checkpointer,
-                            settings=WatchSettings(interval_s=0)).poll_once()
-    page = rig.store.page(incident_id, "slack")
-    assert page is not None and page.channel == CHANNEL
-    message = slack_api.workspace.message(slack_api.workspace.channel(CHANNEL), page.ts)
-    [waiting] = [d for d in rig.store.get_incident(incident_id).decisions if d.decision == "needs_approval"]
-    value = button_value(incident_id, {"action_id": waiting.action_id, "tool": waiting.tool, "args": waiting.args},
-                         rig.store.incident_policy(incident_id).sha256)
-    rig.click(CAROL, value, message)
-    assert_nothing_ran(rig, incident_id, slack_api, CAROL, "is not an approver")
-    rig.click(ALICE, value, message)
-    assert len(drains_run(rig, incident_id)) == 1
-    assert rig.backend.cluster.node(BAD_NODE).state in ("drained", "draining")
