@@ -48,6 +48,16 @@ def suspects(ev: Evidence, candidates: list[LabelMatch]) -> set[str]:
     return found
 
 
+def unsettled(candidates: list[LabelMatch]) -> list[LabelMatch]:
+    """The candidates whose steps are still worth taking. A symptom (an NCCL timeout, a dead
+    actor) sends the investigation looking for its cause; once a cause leads, that search is
+    over and the symptoms' steps are not taken. Other causes ranked below keep theirs: what
+    they read (a GPU's history) can still show a more specific cause on the same node."""
+    if not candidates or candidates[0].entry.label.symptom:
+        return candidates
+    return [m for m in candidates if not m.entry.label.symptom]
+
+
 def bound(calls: list[ToolCall], ev: Evidence, candidates: list[LabelMatch]) -> list[ToolCall]:
     """The calls worth making this round: probes of unsuspected nodes wait for the kernel logs,
     then go only to the suspects when there are any."""

@@ -36,6 +36,8 @@ SUSPICIOUS = re.compile(
     re.I,
 )
 HEALTHY = "healthy"
+# What a Kubernetes object's name can be (RFC 1123 subdomain): a string outside it names none.
+KUBE_NAME = re.compile(r"^(?=.{1,253}$)[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 # Each answers a capacity question: (the answer, its evidence lines, a chart or None).
 ANALYSES = {
     "demand_forecast": lambda ev: (*demand_forecast(ev), None),
@@ -62,7 +64,7 @@ class PlaybookPolicy:
         wanted = self._baseline_calls(ev, backend, first=not observations)
         candidates = self._candidates(ev) if observations else []
         if observations:
-            for match in candidates:
+            for match in fanout.unsettled(candidates):
                 wanted += self._steps(match, ev, backend)
             if candidates and candidates[0].entry.label.remedy.kind == "exclude_node":
                 # One cause, every victim: the leading suspect node's other jobs (any user or
@@ -122,10 +124,10 @@ class PlaybookPolicy:
             calls = [ToolCall(tool="ray_job_status", args={"job": job})]
         facts = ev.jobs.get(job)
         if backend != "slurm" and not upstream:
-            calls.append(ToolCall(tool="kubectl_events", args={"object": job}))
-            if facts and facts.name and facts.name != job:
-                # Kubernetes objects (a RayJob, its pods) carry the job's name, not its id.
-                calls.append(ToolCall(tool="kubectl_events", args={"object": facts.name}))
+            # Kubernetes objects (a RayJob, its pods) carry the job's name, and its id only where
+            # the id could name one: Ray's `raysubmit_...` ids never do.
+            names = [job] + ([facts.name] if facts and facts.name and facts.name != job else [])
+            calls += [ToolCall(tool="kubectl_events", args={"object": n}) for n in names if KUBE_NAME.match(n)]
         never_ran = pending or (facts is not None and facts.state.upper() == "PENDING")
         if not never_ran:
             calls.append(ToolCall(tool="get_logs", args={"job": job}))
