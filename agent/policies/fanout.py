@@ -48,14 +48,29 @@ def suspects(ev: Evidence, candidates: list[LabelMatch]) -> set[str]:
     return found
 
 
-def unsettled(candidates: list[LabelMatch]) -> list[LabelMatch]:
-    """The candidates whose steps are still worth taking. A symptom (an NCCL timeout, a dead
-    actor) sends the investigation looking for its cause; once a cause leads, that search is
-    over and the symptoms' steps are not taken. Other causes ranked below keep theirs: what
-    they read (a GPU's history) can still show a more specific cause on the same node."""
-    if not candidates or candidates[0].entry.label.symptom:
-        return candidates
-    return [m for m in candidates if not m.entry.label.symptom]
+def worth_taking(match: LabelMatch, candidates: list[LabelMatch], calls: list[ToolCall]) -> list[ToolCall]:
+    """The steps of one candidate label still worth taking, once the candidates are ranked.
+
+    A symptom (an NCCL timeout, a dead actor) sends the investigation looking for its cause;
+    once a cause leads, that search is over and the symptoms' steps are not taken. A cause
+    ranked below the leader cannot win any more, and what it would read about the job or the
+    cluster cannot unseat the leader; what it reads on the leader's own node can still show a
+    more specific fault there (a GPU's history: the hot GPU behind a recurring fault), so those
+    steps stay. Labels of the leader's own priority can still overtake it and keep every step."""
+    leader = candidates[0].entry.label
+    if leader.symptom or match is candidates[0]:
+        return calls
+    if match.entry.label.symptom:
+        return []
+    if match.entry.label.priority >= leader.priority:
+        return calls
+    nodes = {e[5:] for e in candidates[0].entities("node")} if leader.root_cause == "node" else set()
+    return [c for c in calls if target_node(c) in nodes]
+
+
+def target_node(call: ToolCall) -> str | None:
+    """The node a call looks at, if it looks at one."""
+    return probed_node(call) or (call.args.get("node") if call.tool not in PROBES else None)
 
 
 def bound(calls: list[ToolCall], ev: Evidence, candidates: list[LabelMatch]) -> list[ToolCall]:

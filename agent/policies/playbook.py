@@ -64,8 +64,8 @@ class PlaybookPolicy:
         wanted = self._baseline_calls(ev, backend, first=not observations)
         candidates = self._candidates(ev) if observations else []
         if observations:
-            for match in fanout.unsettled(candidates):
-                wanted += self._steps(match, ev, backend)
+            for match in candidates:
+                wanted += fanout.worth_taking(match, candidates, self._steps(match, ev, backend))
             if candidates and candidates[0].entry.label.remedy.kind == "exclude_node":
                 # One cause, every victim: the leading suspect node's other jobs (any user or
                 # namespace) are rerun too, so list them.
