@@ -75,7 +75,26 @@ def target_node(call: ToolCall) -> str | None:
 
 def bound(calls: list[ToolCall], ev: Evidence, candidates: list[LabelMatch]) -> list[ToolCall]:
     """The calls worth making this round: probes of unsuspected nodes wait for the kernel logs,
-    then go only to the suspects when there are any."""
+    then go only to the suspects when there are any; one node listing serves several nodes."""
+    return one_listing(_bound(calls, ev, candidates))
+
+
+def one_listing(calls: list[ToolCall]) -> list[ToolCall]:
+    """Several nodes' rows of the same node listing in one round come from one unfiltered
+    listing (`sinfo`, `kubectl get nodes`, `ray list nodes`): one call instead of one a node."""
+    per_node = [c for c in calls if c.tool in LISTINGS and set(c.args) == {"node"}]
+    tools = {c.tool for c in per_node if sum(o.tool == c.tool for o in per_node) > 1}
+    out: list[ToolCall] = []
+    for call in calls:
+        if call.tool in tools and call in per_node:
+            if not any(o.tool == call.tool and not o.args for o in out):
+                out.append(ToolCall(tool=call.tool, args={}))
+            continue
+        out.append(call)
+    return out
+
+
+def _bound(calls: list[ToolCall], ev: Evidence, candidates: list[LabelMatch]) -> list[ToolCall]:
     relevant = set(ev.relevant_nodes())
     # Listing the namespace finds a workload's other pods, and with them more nodes to weigh.
     widening = any(c.tool == "list_jobs" and c.args.get("partition") for c in calls)
