@@ -61,8 +61,9 @@ class PlaybookPolicy:
         budget = self.max_tool_calls - len(observations)
         if budget <= 0:
             return []
-        wanted = self._baseline_calls(ev, backend, first=not observations)
         candidates = self._candidates(ev) if observations else []
+        explained = bool(candidates) and not candidates[0].entry.label.symptom
+        wanted = self._baseline_calls(ev, backend, first=not observations, explained=explained)
         if observations:
             for match in candidates:
                 wanted += fanout.worth_taking(match, candidates, self._steps(match, ev, backend))
@@ -82,8 +83,9 @@ class PlaybookPolicy:
             fresh.append(call)
         return fanout.bound(fresh, ev, candidates)[:budget]
 
-    def _baseline_calls(self, ev: Evidence, backend: str, first: bool) -> list[ToolCall]:
-        """What any on-call engineer looks at first for this kind of trigger."""
+    def _baseline_calls(self, ev: Evidence, backend: str, first: bool, explained: bool = False) -> list[ToolCall]:
+        """What any on-call engineer looks at first for this kind of trigger (`explained`: a
+        cause, not a symptom, already accounts for the incident)."""
         t = ev.trigger
         calls: list[ToolCall] = []
         if t["kind"] == "capacity_review":
@@ -103,7 +105,7 @@ class PlaybookPolicy:
                 # A node that stopped reporting says so only in its events (NodeNotReady).
                 calls.append(ToolCall(tool="kubectl_events", args={"object": f"node/{node}"}))
         for job in ev.focus_jobs():
-            calls += self._job_calls(job, ev, backend)
+            calls += self._job_calls(job, ev, backend, explained=explained)
         if any(r.state.upper() in LOST_POD_STATES for j in ev.focus_jobs() for r in ev.replicas(j)):
             # A peer pod whose node stopped answering: are its nodes down, one or several together?
             calls.append(self._node_listing(backend, {}))
@@ -114,7 +116,8 @@ class PlaybookPolicy:
             calls += [ToolCall(tool="nvidia_smi_query", args={"node": n}) for n in ev.relevant_nodes()[:MAX_NODES_PER_STEP]]
         return calls
 
-    def _job_calls(self, job: str, ev: Evidence, backend: str, upstream: bool = False) -> list[ToolCall]:
+    def _job_calls(self, job: str, ev: Evidence, backend: str, upstream: bool = False,
+                   explained: bool = False) -> list[ToolCall]:
         pending = ev.trigger["kind"] == "job_pending" and not upstream
         if backend == "slurm":
             calls = [ToolCall(tool="sacct", args={"job": job})]
@@ -123,7 +126,12 @@ class PlaybookPolicy:
         else:
             calls = [ToolCall(tool="ray_job_status", args={"job": job})]
         facts = ev.jobs.get(job)
-        if backend != "slurm" and not upstream:
+        # A Ray job's pods are Kubernetes' business only under KubeRay: their events say why pods
+        # never started or were killed from outside. A running job's pods are up, and a job whose
+        # own status and log already name a cause needs no second account of its end.
+        pods_up_or_explained = backend == "ray" and facts is not None and (
+            facts.state.upper() in RUNNING_STATES or explained)
+        if backend != "slurm" and not upstream and not pods_up_or_explained:
             # Kubernetes objects (a RayJob, its pods) carry the job's name, and its id only where
             # the id could name one: Ray's `raysubmit_...` ids never do.
             names = [job] + ([facts.name] if facts and facts.name and facts.name != job else [])
