@@ -23,6 +23,9 @@ PROBES = {"nvidia_smi_query", "gpu_metrics", "sinfo", "kubectl_get_nodes", "ray_
 
 
 LISTINGS = {"sinfo", "kubectl_get_nodes", "ray_list_nodes"}
+# Reads about the job itself (its history, settings, progress, disks, events): a kernel log that
+# names a node fault makes them moot, so while kernel logs are outstanding they wait a round.
+WAIT_FOR_KERNEL_LOGS = {"job_history", "job_config", "training_progress", "disk_usage", "kubectl_events"}
 
 
 def probed_node(call: ToolCall) -> str | None:
@@ -112,6 +115,8 @@ def _bound(calls: list[ToolCall], ev: Evidence, candidates: list[LabelMatch]) ->
     for call in calls:
         node = probed_node(call)
         if node in relevant and node not in named and (logs_outstanding or named):
+            continue
+        if logs_outstanding and call.tool in WAIT_FOR_KERNEL_LOGS and node is None:
             continue
         if call.tool in LISTINGS and node and asked(call.tool, {}):
             continue  # the listing of every node already has this one
