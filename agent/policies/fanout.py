@@ -12,8 +12,12 @@ usually names; a slow or stalled job is probed everywhere at once.
 
 from __future__ import annotations
 
-from crashcart.agent.policies.evidence import Evidence, call_key
+import re
+from typing import Iterable
+
+from crashcart.agent.policies.evidence import SUSPICIOUS, Evidence, call_key
 from crashcart.agent.policies.matching import LabelMatch
+from crashcart.playbooks._loader import LabelEntry
 from crashcart.tools._spec import ToolCall
 
 # Per-node probes: worth a call on a suspect, rarely on every node. The kernel log is not one
@@ -76,10 +80,76 @@ def target_node(call: ToolCall) -> str | None:
     return probed_node(call) or (call.args.get("node") if call.tool not in PROBES else None)
 
 
-def bound(calls: list[ToolCall], ev: Evidence, candidates: list[LabelMatch]) -> list[ToolCall]:
-    """The calls worth making this round: probes of unsuspected nodes wait for the kernel logs,
-    then go only to the suspects when there are any; one node listing serves several nodes."""
+def bound(calls: list[ToolCall], ev: Evidence, candidates: list[LabelMatch],
+          kb: Iterable[LabelEntry] = ()) -> list[ToolCall]:
+    """The calls worth making this round: the kernel logs of the nodes the job's errors name go
+    first; probes of unsuspected nodes wait for the kernel logs, then go only to the suspects when
+    there are any; one node listing serves several nodes."""
+    first = kernel_logs_first(ev, calls, candidates, kb)
+    if first is not None:
+        calls = [c for c in calls if c.tool != "kernel_log" or c.args.get("node") in first]
     return one_listing(_bound(calls, ev, candidates))
+
+
+# The address an EC2-style host name stands for (ip-10-1-8-22 is 10.1.8.22): Ray prefixes a
+# worker's lines with `ip=10.1.8.22`, NCCL with the host name.
+_EC2_NAME = re.compile(r"^ip-(\d{1,3})-(\d{1,3})-(\d{1,3})-(\d{1,3})(?:\.|$)")
+
+
+def nodes_named_in_errors(ev: Evidence) -> set[str]:
+    """The job's nodes that its own error lines name, by host name or address."""
+    relevant = ev.relevant_nodes()
+    spellings = {n: {n} | ({".".join(m.groups())} if (m := _EC2_NAME.match(n)) else set()) for n in relevant}
+    wanted = {re.compile(rf"(?<![\w.-]){re.escape(s)}(?![\w-]|\.\d)"): n for n, ss in spellings.items() for s in ss}
+    focus = {f"job:{j}" for j in ev.focus_jobs()}
+    found: set[str] = set()
+    for doc in ev.docs:
+        if doc.source != "log" or doc.entity not in focus:
+            continue
+        for line in doc.lines:
+            if SUSPICIOUS.search(line):
+                found |= {n for pattern, n in wanted.items() if n not in found and pattern.search(line)}
+    return found
+
+
+def kernel_logs_first(ev: Evidence, calls: list[ToolCall], candidates: list[LabelMatch],
+                      kb: Iterable[LabelEntry]) -> set[str] | None:
+    """The nodes whose kernel logs go out now when the job's own errors name some of its nodes,
+    or None for every node at once.
+
+    A failed job's error lines often name the host that failed (NCCL's `host:pid:tid` prefix,
+    Ray's `ip=`). Its kernel log is read first; the others wait. When it shows a fault of that
+    node that a cause label leads with, the others are not read at all, unless the same error
+    on more nodes would make a wider verdict (a switch, a driver roll-out): a label at least as
+    strong as the leader that counts the error across nodes then needs the peers to decide scope."""
+    relevant = ev.relevant_nodes()
+    if len(relevant) < 3 or not any(c.tool == "kernel_log" and c.args.get("node") in relevant for c in calls):
+        return None
+    if not any(ev.jobs[j].failed for j in ev.focus_jobs() if j in ev.jobs):
+        return None
+    named = nodes_named_in_errors(ev)
+    if not named or named >= set(relevant):
+        return None
+    if any(call_key("kernel_log", {"node": n}) not in ev.calls for n in named):
+        return named
+    return named if _settled_on(named, ev, candidates, kb) else None
+
+
+def _settled_on(named: set[str], ev: Evidence, candidates: list[LabelMatch], kb: Iterable[LabelEntry]) -> bool:
+    if not candidates:
+        return False
+    leader = candidates[0].entry.label
+    at = {h.entity[5:] for h in candidates[0].hits if h.entity.startswith("node:")}
+    if leader.symptom or leader.root_cause != "node" or not at or not at <= named:
+        return False
+    read = [d.text for d in ev.docs if d.source == "kernel_log"]
+    for entry in kb:
+        if entry.label.priority < leader.priority:
+            continue
+        for sig, pattern in zip(entry.label.signals, entry.patterns):
+            if sig.where == "kernel_log" and (sig.min_count or 0) >= 2 and pattern and any(pattern.search(t) for t in read):
+                return False
+    return True
 
 
 def one_listing(calls: list[ToolCall]) -> list[ToolCall]:

@@ -17,7 +17,7 @@ from crashcart.agent.policies import fanout
 from crashcart.agent.policies.capacity import demand_forecast, idle_gpus
 from crashcart.agent.policies.constraint import binding_constraint
 from crashcart.agent.policies.conditions import CONDITIONS, idle_gpu_nodes
-from crashcart.agent.policies.evidence import Evidence, RUNNING_STATES, build_evidence, call_key
+from crashcart.agent.policies.evidence import SUSPICIOUS, Evidence, RUNNING_STATES, build_evidence, call_key
 from crashcart.agent.policies.matching import LabelMatch, match_label, near_miss
 from crashcart.agent.policies.remedy import captured_values, compute_changes, fallback_team, plan_actions
 from crashcart.agent.policies.scope import one_node
@@ -31,10 +31,6 @@ MAX_ATTEMPT_LOGS = 2
 
 # What a pod shows when the node under it stopped answering (the kubelet can no longer report it).
 LOST_POD_STATES = {"UNKNOWN", "NODELOST"}
-SUSPICIOUS = re.compile(
-    r"\b(\w*error|\w*exception|traceback|fatal|failed|killed|abort|timed? ?out|panic|segfault|nan\b|oom)",
-    re.I,
-)
 HEALTHY = "healthy"
 # What a Kubernetes object's name can be (RFC 1123 subdomain): a string outside it names none.
 KUBE_NAME = re.compile(r"^(?=.{1,253}$)[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
@@ -81,7 +77,7 @@ class PlaybookPolicy:
             if backend not in REGISTRY.get(call.tool).backends:
                 continue
             fresh.append(call)
-        return fanout.bound(fresh, ev, candidates)[:budget]
+        return fanout.bound(fresh, ev, candidates, self.kb)[:budget]
 
     def _baseline_calls(self, ev: Evidence, backend: str, first: bool, explained: bool = False) -> list[ToolCall]:
         """What any on-call engineer looks at first for this kind of trigger (`explained`: a
