@@ -88,7 +88,7 @@ def bound(calls: list[ToolCall], ev: Evidence, candidates: list[LabelMatch],
     first = kernel_logs_first(ev, calls, candidates, kb)
     if first is not None:
         calls = [c for c in calls if c.tool != "kernel_log" or c.args.get("node") in first]
-    return one_listing(_bound(calls, ev, candidates))
+    return one_listing(_bound(calls, ev, candidates), ev)
 
 
 # The address an EC2-style host name stands for (ip-10-1-8-22 is 10.1.8.22): Ray prefixes a
@@ -152,18 +152,21 @@ def _settled_on(named: set[str], ev: Evidence, candidates: list[LabelMatch], kb:
     return True
 
 
-def one_listing(calls: list[ToolCall]) -> list[ToolCall]:
+def one_listing(calls: list[ToolCall], ev: Evidence) -> list[ToolCall]:
     """Several nodes' rows of the same node listing in one round come from one unfiltered
-    listing (`sinfo`, `kubectl get nodes`, `ray list nodes`): one call instead of one a node."""
+    listing (`sinfo`, `kubectl get nodes`, `ray list nodes`): one call instead of one a node.
+    Once that listing was read, it already holds every node's row."""
     per_node = [c for c in calls if c.tool in LISTINGS and set(c.args) == {"node"}]
-    tools = {c.tool for c in per_node if sum(o.tool == c.tool for o in per_node) > 1}
+    listed = {c.tool for c in per_node if call_key(c.tool, {}) in ev.calls}
+    merged = {c.tool for c in per_node if sum(o.tool == c.tool for o in per_node) > 1} - listed
     out: list[ToolCall] = []
     for call in calls:
-        if call.tool in tools and call in per_node:
-            if not any(o.tool == call.tool and not o.args for o in out):
+        if call.tool in listed | merged and call in per_node:
+            if call.tool in merged and not any(o.tool == call.tool and not o.args for o in out):
                 out.append(ToolCall(tool=call.tool, args={}))
             continue
-        out.append(call)
+        if not (call.tool in merged and not call.args and call in out):
+            out.append(call)
     return out
 
 
