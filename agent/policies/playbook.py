@@ -58,8 +58,7 @@ class PlaybookPolicy:
         if budget <= 0:
             return []
         candidates = self._candidates(ev) if observations else []
-        explained = bool(candidates) and not candidates[0].entry.label.symptom
-        wanted = self._baseline_calls(ev, backend, first=not observations, explained=explained)
+        wanted = self._baseline_calls(ev, backend, first=not observations, leader=candidates[0] if candidates else None)
         if observations:
             for match in candidates:
                 wanted += fanout.worth_taking(match, candidates, self._steps(match, ev, backend))
@@ -79,9 +78,9 @@ class PlaybookPolicy:
             fresh.append(call)
         return fanout.bound(fresh, ev, candidates, self.kb)[:budget]
 
-    def _baseline_calls(self, ev: Evidence, backend: str, first: bool, explained: bool = False) -> list[ToolCall]:
-        """What any on-call engineer looks at first for this kind of trigger (`explained`: a
-        cause, not a symptom, already accounts for the incident)."""
+    def _baseline_calls(self, ev: Evidence, backend: str, first: bool, leader: LabelMatch | None = None) -> list[ToolCall]:
+        """What any on-call engineer looks at first for this kind of trigger (`leader`: the label
+        leading so far, if any)."""
         t = ev.trigger
         calls: list[ToolCall] = []
         if t["kind"] == "capacity_review":
@@ -101,7 +100,7 @@ class PlaybookPolicy:
                 # A node that stopped reporting says so only in its events (NodeNotReady).
                 calls.append(ToolCall(tool="kubectl_events", args={"object": f"node/{node}"}))
         for job in ev.focus_jobs():
-            calls += self._job_calls(job, ev, backend, explained=explained)
+            calls += self._job_calls(job, ev, backend, leader=leader)
         if any(r.state.upper() in LOST_POD_STATES for j in ev.focus_jobs() for r in ev.replicas(j)):
             # A peer pod whose node stopped answering: are its nodes down, one or several together?
             calls.append(self._node_listing(backend, {}))
@@ -113,7 +112,7 @@ class PlaybookPolicy:
         return calls
 
     def _job_calls(self, job: str, ev: Evidence, backend: str, upstream: bool = False,
-                   explained: bool = False) -> list[ToolCall]:
+                   leader: LabelMatch | None = None) -> list[ToolCall]:
         pending = ev.trigger["kind"] == "job_pending" and not upstream
         if backend == "slurm":
             calls = [ToolCall(tool="sacct", args={"job": job})]
@@ -123,11 +122,12 @@ class PlaybookPolicy:
             calls = [ToolCall(tool="ray_job_status", args={"job": job})]
         facts = ev.jobs.get(job)
         # A Ray job's pods are Kubernetes' business only under KubeRay: their events say why pods
-        # never started or were killed from outside. A running job's pods are up, and a job whose
-        # own status and log already name a cause needs no second account of its end.
-        pods_up_or_explained = backend == "ray" and facts is not None and (
-            facts.state.upper() in RUNNING_STATES or explained)
-        if backend != "slurm" and not upstream and not pods_up_or_explained:
+        # never started or were killed from outside. A job whose own status and log already name
+        # a cause needs no second account of its end, nor a running job nothing points at yet.
+        explained = leader is not None and not leader.entry.label.symptom
+        running = facts is not None and facts.state.upper() in RUNNING_STATES
+        no_events = backend == "ray" and facts is not None and (explained or (running and leader is None))
+        if backend != "slurm" and not upstream and not no_events:
             # Kubernetes objects (a RayJob, its pods) carry the job's name, and its id only where
             # the id could name one: Ray's `raysubmit_...` ids never do.
             names = [job] + ([facts.name] if facts and facts.name and facts.name != job else [])
