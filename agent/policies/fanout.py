@@ -170,12 +170,25 @@ def one_listing(calls: list[ToolCall], ev: Evidence) -> list[ToolCall]:
     return out
 
 
+def _history_after_sample(calls: list[ToolCall], ev: Evidence, candidates: list[LabelMatch]) -> list[ToolCall]:
+    """A slow or stalled job prints nothing to dmesg: its GPUs are sampled everywhere at once.
+    Their history (`gpu_metrics`, the heavier read) waits for those samples and then goes to the
+    nodes they name, or everywhere when they name none."""
+    relevant = set(ev.relevant_nodes())
+    if len(relevant) <= 1:
+        return calls
+    sampling = any(c.tool == "nvidia_smi_query" and c.args.get("node") in relevant for c in calls)
+    named = suspects(ev, candidates)
+    return [c for c in calls if not (c.tool == "gpu_metrics" and c.args.get("node") in relevant
+                                     and c.args["node"] not in named and (sampling or named))]
+
+
 def _bound(calls: list[ToolCall], ev: Evidence, candidates: list[LabelMatch]) -> list[ToolCall]:
     relevant = set(ev.relevant_nodes())
     # Listing the namespace finds a workload's other pods, and with them more nodes to weigh.
     widening = any(c.tool == "list_jobs" and c.args.get("partition") for c in calls)
     if not any(ev.jobs[j].failed for j in ev.focus_jobs() if j in ev.jobs):
-        return calls  # a slow or stalled job prints nothing to dmesg: telemetry first, everywhere
+        return _history_after_sample(calls, ev, candidates)
     if len(relevant) <= 1 and not widening:
         return calls  # nothing to save on one node
     named = suspects(ev, candidates)

@@ -169,3 +169,21 @@ def test_a_ray_jobs_events_are_read_by_its_name_while_nothing_explains_it():
 def test_a_ray_jobs_events_are_skipped_once_a_cause_explains_it_or_while_it_runs_unsuspected():
     assert ray_events("FAILED", label(62, False)) == []
     assert ray_events("RUNNING", None) == []
+
+
+# --- a slow job: its GPUs' history after their current sample ------------------------------------
+
+def running_job() -> Evidence:
+    ev = failed_job()
+    ev.jobs["7"].state = "RUNNING"
+    return ev
+
+
+def test_a_slow_jobs_gpu_history_waits_for_the_current_samples():
+    samples = [ToolCall(tool="nvidia_smi_query", args={"node": n}) for n in NODES]
+    assert bound(samples + probes(*NODES), running_job(), []) == samples
+
+
+def test_then_the_history_goes_to_the_node_the_samples_name_or_everywhere():
+    assert bound(probes(*NODES), running_job(), [label(74, False, "node", "h4")]) == probes("h4")
+    assert bound(probes(*NODES), running_job(), []) == probes(*NODES)
