@@ -1,13 +1,18 @@
-"""Bound the per-node fan-out of an investigation.
+"""Bound the per-node fan-out of an investigation, and stop it once the evidence settles.
 
 A job on twelve nodes invites three probes per node (kernel log, nvidia-smi, GPU history): 36
 calls where an engineer makes a dozen. The kernel log is read everywhere, since it is what
-names a suspect; the probes (GPU telemetry, the node's state, description and events) then go to
-the suspects only. While kernel logs are still
-outstanding the probes wait a round, so that a node the kernel log already named is the only
-one probed. When no node is suspected after the kernel logs, the probes sweep every node (a hot
-or throttled GPU prints nothing to dmesg). This holds for failed jobs, whose cause a kernel log
-usually names; a slow or stalled job is probed everywhere at once.
+names a suspect, except that the hosts the job's own error lines name are read first, and the
+others only when those do not settle it. The probes (GPU telemetry, the node's state,
+description and events) then go to the suspects only. While kernel logs are still outstanding
+the probes, and the reads about the job itself, wait a round, so that a node the kernel log
+already named is the only one probed. When no node is suspected after the kernel logs, the
+probes sweep every node (a hot or throttled GPU prints nothing to dmesg). This holds for failed
+jobs, whose cause a kernel log usually names; a slow or stalled job has its GPUs sampled
+everywhere at once, and their history read where the samples point.
+
+Once a cause (not a symptom) leads, the symptoms' steps stop, and causes ranked below it read
+only the leader's own node (`worth_taking`).
 """
 
 from __future__ import annotations
