@@ -21,6 +21,11 @@ VICTIM_WINDOW_MINUTES = 60
 """Jobs that ended badly on a faulty node this close to the fault are its victims."""
 # A person's own cancel ("CANCELLED by 51234") is a decision, not a victim; uid 0 is Slurm itself.
 _OWNER_CANCEL = re.compile(r"^CANCELLED by [1-9]\d*$", re.I)
+# A line worth a person's eyes: an error, an exception, a kill, a timeout.
+SUSPICIOUS = re.compile(
+    r"\b(\w*error|\w*exception|traceback|fatal|failed|killed|abort|timed? ?out|panic|segfault|nan\b|oom)",
+    re.I,
+)
 RUNNING_STATES = {"RUNNING", "COMPLETING", "CONFIGURING", "ALIVE"}
 # The scheduler reads, and the fields of their output the capacity answers read.
 LIMIT_TOOLS = {

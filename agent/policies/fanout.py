@@ -1,19 +1,28 @@
-"""Bound the per-node fan-out of an investigation.
+"""Bound the per-node fan-out of an investigation, and stop it once the evidence settles.
 
 A job on twelve nodes invites three probes per node (kernel log, nvidia-smi, GPU history): 36
 calls where an engineer makes a dozen. The kernel log is read everywhere, since it is what
-names a suspect; the probes (GPU telemetry, the node's state, description and events) then go to
-the suspects only. While kernel logs are still
-outstanding the probes wait a round, so that a node the kernel log already named is the only
-one probed. When no node is suspected after the kernel logs, the probes sweep every node (a hot
-or throttled GPU prints nothing to dmesg). This holds for failed jobs, whose cause a kernel log
-usually names; a slow or stalled job is probed everywhere at once.
+names a suspect, except that the hosts the job's own error lines name are read first, and the
+others only when those do not settle it. The probes (GPU telemetry, the node's state,
+description and events) then go to the suspects only. While kernel logs are still outstanding
+the probes, and the reads about the job itself, wait a round, so that a node the kernel log
+already named is the only one probed. When no node is suspected after the kernel logs, the
+probes sweep every node (a hot or throttled GPU prints nothing to dmesg). This holds for failed
+jobs, whose cause a kernel log usually names; a slow or stalled job has its GPUs sampled
+everywhere at once, and their history read where the samples point.
+
+Once a cause (not a symptom) leads, the symptoms' steps stop, and causes ranked below it read
+only the leader's own node (`worth_taking`).
 """
 
 from __future__ import annotations
 
-from crashcart.agent.policies.evidence import Evidence, call_key
+import re
+from typing import Iterable
+
+from crashcart.agent.policies.evidence import SUSPICIOUS, Evidence, call_key
 from crashcart.agent.policies.matching import LabelMatch
+from crashcart.playbooks._loader import LabelEntry
 from crashcart.tools._spec import ToolCall
 
 # Per-node probes: worth a call on a suspect, rarely on every node. The kernel log is not one
@@ -23,6 +32,9 @@ PROBES = {"nvidia_smi_query", "gpu_metrics", "sinfo", "kubectl_get_nodes", "ray_
 
 
 LISTINGS = {"sinfo", "kubectl_get_nodes", "ray_list_nodes"}
+# Reads about the job itself (its history, settings, progress, disks, events): a kernel log that
+# names a node fault makes them moot, so while kernel logs are outstanding they wait a round.
+WAIT_FOR_KERNEL_LOGS = {"job_history", "job_config", "training_progress", "disk_usage", "kubectl_events"}
 
 
 def probed_node(call: ToolCall) -> str | None:
@@ -48,14 +60,140 @@ def suspects(ev: Evidence, candidates: list[LabelMatch]) -> set[str]:
     return found
 
 
-def bound(calls: list[ToolCall], ev: Evidence, candidates: list[LabelMatch]) -> list[ToolCall]:
-    """The calls worth making this round: probes of unsuspected nodes wait for the kernel logs,
-    then go only to the suspects when there are any."""
+def worth_taking(match: LabelMatch, candidates: list[LabelMatch], calls: list[ToolCall]) -> list[ToolCall]:
+    """The steps of one candidate label still worth taking, once the candidates are ranked.
+
+    A symptom (an NCCL timeout, a dead actor) sends the investigation looking for its cause;
+    once a cause leads, that search is over and the symptoms' steps are not taken. A cause
+    ranked below the leader cannot win any more, and what it would read about the job or the
+    cluster cannot unseat the leader; what it reads on the leader's own node can still show a
+    more specific fault there (a GPU's history: the hot GPU behind a recurring fault), so those
+    steps stay. Labels of the leader's own priority can still overtake it and keep every step."""
+    leader = candidates[0].entry.label
+    if leader.symptom or match is candidates[0]:
+        return calls
+    if match.entry.label.symptom:
+        return []
+    if match.entry.label.priority >= leader.priority:
+        return calls
+    nodes = {e[5:] for e in candidates[0].entities("node")} if leader.root_cause == "node" else set()
+    return [c for c in calls if target_node(c) in nodes]
+
+
+def target_node(call: ToolCall) -> str | None:
+    """The node a call looks at, if it looks at one."""
+    return probed_node(call) or (call.args.get("node") if call.tool not in PROBES else None)
+
+
+def bound(calls: list[ToolCall], ev: Evidence, candidates: list[LabelMatch],
+          kb: Iterable[LabelEntry] = ()) -> list[ToolCall]:
+    """The calls worth making this round: the kernel logs of the nodes the job's errors name go
+    first; probes of unsuspected nodes wait for the kernel logs, then go only to the suspects when
+    there are any; one node listing serves several nodes."""
+    first = kernel_logs_first(ev, calls, candidates, kb)
+    if first is not None:
+        calls = [c for c in calls if c.tool != "kernel_log" or c.args.get("node") in first]
+    return one_listing(_bound(calls, ev, candidates), ev)
+
+
+# The address an EC2-style host name stands for (ip-10-1-8-22 is 10.1.8.22): Ray prefixes a
+# worker's lines with `ip=10.1.8.22`, NCCL with the host name.
+_EC2_NAME = re.compile(r"^ip-(\d{1,3})-(\d{1,3})-(\d{1,3})-(\d{1,3})(?:\.|$)")
+
+
+def nodes_named_in_errors(ev: Evidence) -> set[str]:
+    """The job's nodes that its own error lines name, by host name or address."""
+    relevant = ev.relevant_nodes()
+    spellings = {n: {n} | ({".".join(m.groups())} if (m := _EC2_NAME.match(n)) else set()) for n in relevant}
+    wanted = {re.compile(rf"(?<![\w.-]){re.escape(s)}(?![\w-]|\.\d)"): n for n, ss in spellings.items() for s in ss}
+    focus = {f"job:{j}" for j in ev.focus_jobs()}
+    found: set[str] = set()
+    for doc in ev.docs:
+        if doc.source != "log" or doc.entity not in focus:
+            continue
+        for line in doc.lines:
+            if SUSPICIOUS.search(line):
+                found |= {n for pattern, n in wanted.items() if n not in found and pattern.search(line)}
+    return found
+
+
+def kernel_logs_first(ev: Evidence, calls: list[ToolCall], candidates: list[LabelMatch],
+                      kb: Iterable[LabelEntry]) -> set[str] | None:
+    """The nodes whose kernel logs go out now when the job's own errors name some of its nodes,
+    or None for every node at once.
+
+    A failed job's error lines often name the host that failed (NCCL's `host:pid:tid` prefix,
+    Ray's `ip=`). Its kernel log is read first; the others wait. When it shows a fault of that
+    node that a cause label leads with, the others are not read at all, unless the same error
+    on more nodes would make a wider verdict (a switch, a driver roll-out): a label at least as
+    strong as the leader that counts the error across nodes then needs the peers to decide scope."""
+    relevant = ev.relevant_nodes()
+    if len(relevant) < 3 or not any(c.tool == "kernel_log" and c.args.get("node") in relevant for c in calls):
+        return None
+    if not any(ev.jobs[j].failed for j in ev.focus_jobs() if j in ev.jobs):
+        return None
+    named = nodes_named_in_errors(ev)
+    if not named or named >= set(relevant):
+        return None
+    if any(call_key("kernel_log", {"node": n}) not in ev.calls for n in named):
+        return named
+    return named if _settled_on(named, ev, candidates, kb) else None
+
+
+def _settled_on(named: set[str], ev: Evidence, candidates: list[LabelMatch], kb: Iterable[LabelEntry]) -> bool:
+    if not candidates:
+        return False
+    leader = candidates[0].entry.label
+    at = {h.entity[5:] for h in candidates[0].hits if h.entity.startswith("node:")}
+    if leader.symptom or leader.root_cause != "node" or not at or not at <= named:
+        return False
+    read = [d.text for d in ev.docs if d.source == "kernel_log"]
+    for entry in kb:
+        if entry.label.priority < leader.priority:
+            continue
+        for sig, pattern in zip(entry.label.signals, entry.patterns):
+            if sig.where == "kernel_log" and (sig.min_count or 0) >= 2 and pattern and any(pattern.search(t) for t in read):
+                return False
+    return True
+
+
+def one_listing(calls: list[ToolCall], ev: Evidence) -> list[ToolCall]:
+    """Several nodes' rows of the same node listing in one round come from one unfiltered
+    listing (`sinfo`, `kubectl get nodes`, `ray list nodes`): one call instead of one a node.
+    Once that listing was read, it already holds every node's row."""
+    per_node = [c for c in calls if c.tool in LISTINGS and set(c.args) == {"node"}]
+    listed = {c.tool for c in per_node if call_key(c.tool, {}) in ev.calls}
+    merged = {c.tool for c in per_node if sum(o.tool == c.tool for o in per_node) > 1} - listed
+    out: list[ToolCall] = []
+    for call in calls:
+        if call.tool in listed | merged and call in per_node:
+            if call.tool in merged and not any(o.tool == call.tool and not o.args for o in out):
+                out.append(ToolCall(tool=call.tool, args={}))
+            continue
+        if not (call.tool in merged and not call.args and call in out):
+            out.append(call)
+    return out
+
+
+def _history_after_sample(calls: list[ToolCall], ev: Evidence, candidates: list[LabelMatch]) -> list[ToolCall]:
+    """A slow or stalled job prints nothing to dmesg: its GPUs are sampled everywhere at once.
+    Their history (`gpu_metrics`, the heavier read) waits for those samples and then goes to the
+    nodes they name, or everywhere when they name none."""
+    relevant = set(ev.relevant_nodes())
+    if len(relevant) <= 1:
+        return calls
+    sampling = any(c.tool == "nvidia_smi_query" and c.args.get("node") in relevant for c in calls)
+    named = suspects(ev, candidates)
+    return [c for c in calls if not (c.tool == "gpu_metrics" and c.args.get("node") in relevant
+                                     and c.args["node"] not in named and (sampling or named))]
+
+
+def _bound(calls: list[ToolCall], ev: Evidence, candidates: list[LabelMatch]) -> list[ToolCall]:
     relevant = set(ev.relevant_nodes())
     # Listing the namespace finds a workload's other pods, and with them more nodes to weigh.
     widening = any(c.tool == "list_jobs" and c.args.get("partition") for c in calls)
     if not any(ev.jobs[j].failed for j in ev.focus_jobs() if j in ev.jobs):
-        return calls  # a slow or stalled job prints nothing to dmesg: telemetry first, everywhere
+        return _history_after_sample(calls, ev, candidates)
     if len(relevant) <= 1 and not widening:
         return calls  # nothing to save on one node
     named = suspects(ev, candidates)
@@ -68,6 +206,8 @@ def bound(calls: list[ToolCall], ev: Evidence, candidates: list[LabelMatch]) -> 
     for call in calls:
         node = probed_node(call)
         if node in relevant and node not in named and (logs_outstanding or named):
+            continue
+        if logs_outstanding and call.tool in WAIT_FOR_KERNEL_LOGS and node is None:
             continue
         if call.tool in LISTINGS and node and asked(call.tool, {}):
             continue  # the listing of every node already has this one

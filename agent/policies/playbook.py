@@ -17,7 +17,7 @@ from crashcart.agent.policies import fanout
 from crashcart.agent.policies.capacity import demand_forecast, idle_gpus
 from crashcart.agent.policies.constraint import binding_constraint
 from crashcart.agent.policies.conditions import CONDITIONS, idle_gpu_nodes
-from crashcart.agent.policies.evidence import Evidence, RUNNING_STATES, build_evidence, call_key
+from crashcart.agent.policies.evidence import SUSPICIOUS, Evidence, RUNNING_STATES, build_evidence, call_key
 from crashcart.agent.policies.matching import LabelMatch, match_label, near_miss
 from crashcart.agent.policies.remedy import captured_values, compute_changes, fallback_team, plan_actions
 from crashcart.agent.policies.scope import one_node
@@ -31,11 +31,9 @@ MAX_ATTEMPT_LOGS = 2
 
 # What a pod shows when the node under it stopped answering (the kubelet can no longer report it).
 LOST_POD_STATES = {"UNKNOWN", "NODELOST"}
-SUSPICIOUS = re.compile(
-    r"\b(\w*error|\w*exception|traceback|fatal|failed|killed|abort|timed? ?out|panic|segfault|nan\b|oom)",
-    re.I,
-)
 HEALTHY = "healthy"
+# What a Kubernetes object's name can be (RFC 1123 subdomain): a string outside it names none.
+KUBE_NAME = re.compile(r"^(?=.{1,253}$)[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 # Each answers a capacity question: (the answer, its evidence lines, a chart or None).
 ANALYSES = {
     "demand_forecast": lambda ev: (*demand_forecast(ev), None),
@@ -59,11 +57,11 @@ class PlaybookPolicy:
         budget = self.max_tool_calls - len(observations)
         if budget <= 0:
             return []
-        wanted = self._baseline_calls(ev, backend, first=not observations)
         candidates = self._candidates(ev) if observations else []
+        wanted = self._baseline_calls(ev, backend, first=not observations, leader=candidates[0] if candidates else None)
         if observations:
             for match in candidates:
-                wanted += self._steps(match, ev, backend)
+                wanted += fanout.worth_taking(match, candidates, self._steps(match, ev, backend))
             if candidates and candidates[0].entry.label.remedy.kind == "exclude_node":
                 # One cause, every victim: the leading suspect node's other jobs (any user or
                 # namespace) are rerun too, so list them.
@@ -78,10 +76,11 @@ class PlaybookPolicy:
             if backend not in REGISTRY.get(call.tool).backends:
                 continue
             fresh.append(call)
-        return fanout.bound(fresh, ev, candidates)[:budget]
+        return fanout.bound(fresh, ev, candidates, self.kb)[:budget]
 
-    def _baseline_calls(self, ev: Evidence, backend: str, first: bool) -> list[ToolCall]:
-        """What any on-call engineer looks at first for this kind of trigger."""
+    def _baseline_calls(self, ev: Evidence, backend: str, first: bool, leader: LabelMatch | None = None) -> list[ToolCall]:
+        """What any on-call engineer looks at first for this kind of trigger (`leader`: the label
+        leading so far, if any)."""
         t = ev.trigger
         calls: list[ToolCall] = []
         if t["kind"] == "capacity_review":
@@ -103,7 +102,7 @@ class PlaybookPolicy:
                 # A node that stopped reporting says so only in its events (NodeNotReady).
                 calls.append(ToolCall(tool="kubectl_events", args={"object": f"node/{node}"}))
         for job in ev.focus_jobs():
-            calls += self._job_calls(job, ev, backend)
+            calls += self._job_calls(job, ev, backend, leader=leader)
         if any(r.state.upper() in LOST_POD_STATES for j in ev.focus_jobs() for r in ev.replicas(j)):
             # A peer pod whose node stopped answering: are its nodes down, one or several together?
             calls.append(self._node_listing(backend, {}))
@@ -114,7 +113,8 @@ class PlaybookPolicy:
             calls += [ToolCall(tool="nvidia_smi_query", args={"node": n}) for n in ev.relevant_nodes()[:MAX_NODES_PER_STEP]]
         return calls
 
-    def _job_calls(self, job: str, ev: Evidence, backend: str, upstream: bool = False) -> list[ToolCall]:
+    def _job_calls(self, job: str, ev: Evidence, backend: str, upstream: bool = False,
+                   leader: LabelMatch | None = None) -> list[ToolCall]:
         pending = ev.trigger["kind"] == "job_pending" and not upstream
         if backend == "slurm":
             calls = [ToolCall(tool="sacct", args={"job": job})]
@@ -123,11 +123,17 @@ class PlaybookPolicy:
         else:
             calls = [ToolCall(tool="ray_job_status", args={"job": job})]
         facts = ev.jobs.get(job)
-        if backend != "slurm" and not upstream:
-            calls.append(ToolCall(tool="kubectl_events", args={"object": job}))
-            if facts and facts.name and facts.name != job:
-                # Kubernetes objects (a RayJob, its pods) carry the job's name, not its id.
-                calls.append(ToolCall(tool="kubectl_events", args={"object": facts.name}))
+        # A Ray job's pods are Kubernetes' business only under KubeRay: their events say why pods
+        # never started or were killed from outside. A job whose own status and log already name
+        # a cause needs no second account of its end, nor a running job nothing points at yet.
+        explained = leader is not None and not leader.entry.label.symptom
+        running = facts is not None and facts.state.upper() in RUNNING_STATES
+        no_events = backend == "ray" and facts is not None and (explained or (running and leader is None))
+        if backend != "slurm" and not upstream and not no_events:
+            # Kubernetes objects (a RayJob, its pods) carry the job's name, and its id only where
+            # the id could name one: Ray's `raysubmit_...` ids never do.
+            names = [job] + ([facts.name] if facts and facts.name and facts.name != job else [])
+            calls += [ToolCall(tool="kubectl_events", args={"object": n}) for n in names if KUBE_NAME.match(n)]
         never_ran = pending or (facts is not None and facts.state.upper() == "PENDING")
         if not never_ran:
             calls.append(ToolCall(tool="get_logs", args={"job": job}))
