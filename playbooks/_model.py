@@ -33,6 +33,7 @@ SignalSource = Literal[
     "memory_growth",  # a GPU's memory use rose steadily by min_growth_pct over the samples seen
     "node_labels",    # a relevant node's labels, as key=value lines
     "named_job",      # the trigger names a job the cluster knows (a question about one job)
+    "cancelled_by",   # who cancelled the job: system (uid 0), owner, other (not the owner), person (owner unknown)
 ]
 
 Team = Literal["hardware", "network", "infra", "storage", "user", "credentials", "capacity"]
@@ -84,7 +85,7 @@ class Signal(Strict):
     named `peak` captures the largest size it reads anywhere in the text, not the first).
     A pattern with a newline escape (\\n) runs over the whole text, for errors that span lines."""
     values: list[str] | None = None
-    """Exact words for job_state, job_reason, exit_code, node_state and trigger kinds."""
+    """Exact words for job_state, job_reason, exit_code, node_state, cancelled_by and trigger kinds."""
     thresholds: list[Threshold] = Field(default_factory=list)
     throttle_any: list[str] = Field(default_factory=list)
     """telemetry: at least one of these throttle reasons is active (substring match)."""
@@ -131,7 +132,7 @@ class Signal(Strict):
         text_sources = {"log", "kernel_log", "events", "describe", "status_message"}
         if self.where in text_sources and not self.pattern:
             raise ValueError(f"a {self.where} signal needs a pattern")
-        if self.where in {"job_state", "job_reason", "exit_code", "node_state", "trigger"} and not (
+        if self.where in {"job_state", "job_reason", "exit_code", "node_state", "trigger", "cancelled_by"} and not (
             self.values or self.pattern
         ):
             raise ValueError(f"a {self.where} signal needs values or a pattern")

@@ -8,7 +8,7 @@ from functools import lru_cache
 from dataclasses import dataclass, field
 from typing import Any
 
-from crashcart.agent.policies.evidence import Evidence, RUNNING_STATES, _time
+from crashcart.agent.policies.evidence import Evidence, RUNNING_STATES, _time, cancelled_by
 from crashcart.playbooks._loader import LabelEntry
 from crashcart.agent.policies.config_keys import parse_size
 from crashcart.playbooks._model import Arithmetic, Signal
@@ -218,6 +218,12 @@ def _config_value(config: dict[str, Any], dotted: str) -> Any:
     return node
 
 
+_CANCELLERS = {
+    "system": "uid 0, root or slurmctld", "owner": "the owner's own uid (its `id` output)",
+    "other": "not the owner's uid (its `id` output says whose it is)", "person": "a person's uid",
+}
+
+
 def signal_hits(idx: int, sig: Signal, pattern, ev: Evidence) -> list[Hit]:
     if sig.where in TEXT_SOURCES:
         return _text_hits(idx, sig, pattern, ev)
@@ -230,6 +236,11 @@ def signal_hits(idx: int, sig: Signal, pattern, ev: Evidence) -> list[Hit]:
             value = getattr(facts, attr) if facts else None
             if _word_matches(sig, pattern, value):
                 hits.append(Hit(idx, f"job:{j}", f"job {j} {attr}: {value}", f"{sig.where}:{j}"))
+    elif sig.where == "cancelled_by":
+        for j in focus:
+            who = cancelled_by(ev, j)
+            if _word_matches(sig, pattern, who):
+                hits.append(Hit(idx, f"job:{j}", f"job {j} {ev.jobs[j].state}: {_CANCELLERS[who]}", f"sacct:{j}"))
     elif sig.where == "node_state":
         for n in ev.relevant_nodes():
             row = ev.nodes.get(n)
