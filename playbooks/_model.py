@@ -34,6 +34,7 @@ SignalSource = Literal[
     "node_labels",    # a relevant node's labels, as key=value lines
     "named_job",      # the trigger names a job the cluster knows (a question about one job)
     "cancelled_by",   # who cancelled the job: system (uid 0), owner, other (not the owner), person (owner unknown)
+    "node_ran_since", # a node whose kernel log matches `pattern` has run another job well since the failure
 ]
 
 Team = Literal["hardware", "network", "infra", "storage", "user", "credentials", "capacity"]
@@ -91,7 +92,8 @@ class Signal(Strict):
     """telemetry: at least one of these throttle reasons is active (substring match)."""
     min_minutes: float | None = None
     """progress: no new step for at least this long; co_failures: time window; attempts: count
-    only the runs that lasted at least this long before they failed."""
+    only the runs that lasted at least this long before they failed; node_ran_since: how long
+    the later job must have run without failing."""
     min_count: int | None = None
     """co_failures / attempts: how many."""
     min_drop_pct: float | None = None
@@ -136,6 +138,8 @@ class Signal(Strict):
             self.values or self.pattern
         ):
             raise ValueError(f"a {self.where} signal needs values or a pattern")
+        if self.where == "node_ran_since" and not self.pattern:
+            raise ValueError("a node_ran_since signal needs a pattern (the kernel-log lines that pick the node)")
         if self.where == "telemetry" and not (self.thresholds or self.throttle_any):
             raise ValueError("a telemetry signal needs thresholds or throttle_any")
         if self.where == "config" and not self.config_key:

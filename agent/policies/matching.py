@@ -304,6 +304,8 @@ def signal_hits(idx: int, sig: Signal, pattern, ev: Evidence) -> list[Hit]:
                 hits.append(Hit(idx, f"node:{n}", f"node {n} label {m.group(0)}", f"node_labels:{n}"))
     elif sig.where == "co_failures":
         hits = _co_failure_hits(idx, sig, ev)
+    elif sig.where == "node_ran_since":
+        hits = _ran_since_hits(idx, sig, pattern, ev)
     elif sig.where == "attempts":
         for j in focus:
             facts = ev.jobs.get(j)
@@ -374,6 +376,33 @@ def steady_rise(values: list[float]) -> bool:
     third = len(values) // 3
     means = [sum(part) / len(part) for part in (values[:third], values[third:-third], values[-third:])]
     return holding >= 0.6 and means[0] < means[1] < means[2]
+
+
+def _ran_since_hits(idx: int, sig: Signal, pattern, ev: Evidence) -> list[Hit]:
+    """Nodes whose kernel log matches the pattern and that have run another job since the focus
+    jobs failed: started after the failure, not failed, running or finished for at least
+    min_minutes. Work carried through that long on the node is the proof a fault there has passed."""
+    _, failed_at = ev.focus_window()
+    if failed_at is None or ev.now is None:
+        return []
+    focus = set(ev.focus_jobs())
+    need = (sig.min_minutes or 30) * 60
+    hits = []
+    for doc in ev.docs:
+        if doc.source != "kernel_log" or not doc.entity.startswith("node:") or not pattern.search(doc.text):
+            continue
+        node = doc.entity[5:]
+        for f in ev.jobs.values():
+            state = f.state.upper().split()[0] if f.state else ""
+            if (f.job in focus or node not in f.nodes or f.start_time is None or f.start_time < failed_at
+                    or state not in RUNNING_STATES | {"COMPLETED", "SUCCEEDED"}):
+                continue
+            ran = ((f.end_time or ev.now) - f.start_time).total_seconds()
+            if ran >= need:
+                hits.append(Hit(idx, doc.entity, f"{node} has run job {f.job} ({f.state}) for {ran / 60:.0f} min "
+                                f"since the failure", f"list_jobs:{node}"))
+                break
+    return hits
 
 
 def _co_failure_hits(idx: int, sig: Signal, ev: Evidence) -> list[Hit]:

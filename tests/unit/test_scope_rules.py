@@ -72,3 +72,51 @@ def test_owner_cancel_is_no_incident_and_another_uid_goes_to_infra() -> None:
     other, acts = policy.diagnose(_cancel_state("CANCELLED by 1001", CANCEL_LOG.format(uid=4242)), NOW)
     assert (other.label, other.family, other.remedy) == ("job_cancelled_by_admin", "scheduling", "escalate_infra")
     assert [a.tool for a in acts] == ["escalate"]
+
+
+# --- a port that dropped once and verifiably recovered -------------------------------------------
+
+BLIP = """[   30.1] mlx5_core 0000:c1:00.0 ibp193s0: Link up
+[ 9000.1] mlx5_core 0000:c1:00.0 ibp193s0: Link down
+[ 9046.4] mlx5_core 0000:c1:00.0 ibp193s0: Link up
+[ 9048.0] IPv6: ADDRCONF(NETDEV_CHANGE): ibp193s0: link becomes ready
+"""
+AGAIN = BLIP + """[ 9900.2] mlx5_core 0000:c1:00.0 ibp193s0: Link down
+[ 9911.7] mlx5_core 0000:c1:00.0 ibp193s0: Link up
+[ 9913.0] IPv6: ADDRCONF(NETDEV_CHANGE): ibp193s0: link becomes ready
+"""
+STILL_DOWN = "[ 9000.1] mlx5_core 0000:c1:00.0 ibp193s0: Link down\n"
+IB_ERROR = "NCCL WARN NET/IB : Got completion from peer 10.0.0.2<4410> with status=12 opcode=0 len=0 vendor err 129 (Send)\n"
+
+
+def _flap_state(kernel: str, later: list[dict[str, Any]]) -> dict[str, Any]:
+    rows = [_job("90", "FAILED", ["n1", "n2"], started_h=8, ended_h=4), *later]
+    obs = [_obs("sacct", {"job": "90"}, rows=rows[:1]), _obs("get_logs", {"job": "90"}, IB_ERROR),
+           _obs("kernel_log", {"node": "n1"}, kernel), _obs("kernel_log", {"node": "n2"}, "[ 30.2] ibp193s0: Link up\n"),
+           _obs("list_jobs", {"node": "n1"}, rows=rows[1:])]
+    return {"observations": obs, "trigger": {"kind": "job_failed", "job": "90"}, "backend": "slurm"}
+
+
+RAN_SINCE = [_job("91", "RUNNING", ["n1"], user="lee", started_h=3, ended_h=None)]
+
+
+def test_one_port_back_and_the_node_busy_since_is_a_recovered_transient() -> None:
+    diagnosis, actions = PlaybookPolicy().diagnose(_flap_state(BLIP, RAN_SINCE), NOW)
+    assert diagnosis.label == "ib_port_flap_recovered" and diagnosis.remedy == "resubmit"
+    assert [a.tool for a in actions] == ["resubmit", "notify"]
+    assert "exclude_nodes" not in actions[0].args
+
+
+@pytest.mark.parametrize("kernel, later, why", [
+    (BLIP, [], "nothing has run on the node since"),
+    (BLIP, [_job("91", "RUNNING", ["n1"], started_h=0.2, ended_h=None)], "the later job ran only minutes"),
+    (BLIP, [_job("91", "FAILED", ["n1"], started_h=3, ended_h=2)], "the later job failed too"),
+    (BLIP, [_job("91", "RUNNING", ["n1"], started_h=9, ended_h=None)], "the job started before the failure"),
+    (AGAIN, RAN_SINCE, "the port dropped again after it came back"),
+    (STILL_DOWN, RAN_SINCE, "the port never came back"),
+    (BLIP + "[ 8999.0] mlx5_core 0000:c1:00.0: Port module event[error]: module 0, Cable error, Bad or shorted cable/module\n",
+     RAN_SINCE, "the cable reported a fault"),
+])
+def test_not_verifiably_recovered(kernel: str, later: list[dict[str, Any]], why: str) -> None:
+    diagnosis, _ = PlaybookPolicy().diagnose(_flap_state(kernel, later), NOW)
+    assert diagnosis.label != "ib_port_flap_recovered", why
