@@ -120,3 +120,33 @@ def test_one_port_back_and_the_node_busy_since_is_a_recovered_transient() -> Non
 def test_not_verifiably_recovered(kernel: str, later: list[dict[str, Any]], why: str) -> None:
     diagnosis, _ = PlaybookPolicy().diagnose(_flap_state(kernel, later), NOW)
     assert diagnosis.label != "ib_port_flap_recovered", why
+
+
+# --- many nodes at once: the switch (hosts logged their links dropping) or the rack (they went silent)
+
+ETH_DOWN = """[    7.3] bnxt_en 0000:3b:00.0 ens2f0np0: NIC Link is Up, 25000 Mbps (NRZ) full duplex, Flow control: none
+[ 9100.4] bnxt_en 0000:3b:00.0 ens2f0np0: NIC Link is Down
+[ 9100.5] bond0: (slave ens2f0np0): link status definitely down, disabling slave
+[ 9100.5] bond0: now running without any active interface!
+"""
+SILENT = "[    7.3] bnxt_en 0000:3b:00.0 ens2f0np0: NIC Link is Up, 25000 Mbps (NRZ) full duplex, Flow control: none\n"
+
+
+def _rack_state(kernel: str, logged_by: int = 3) -> dict[str, Any]:
+    nodes = ["r1", "r2", "r3"]
+    obs = [_obs("sacct", {"job": "55"}, rows=[_job("55", "NODE_FAIL", nodes)]),
+           _obs("get_logs", {"job": "55"}, "srun: error: Node failure on r1\n"),
+           _obs("sinfo", {}, rows=[{"node": n, "state": "down", "reason": "Not responding", "gpus": 8} for n in nodes])]
+    obs += [_obs("kernel_log", {"node": n}, kernel if i < logged_by else SILENT) for i, n in enumerate(nodes)]
+    return {"observations": obs, "trigger": {"kind": "job_failed", "job": "55"}, "backend": "slurm"}
+
+
+@pytest.mark.parametrize("kernel, logged_by, label, remedy", [
+    (ETH_DOWN, 3, "network_fabric_failure", "escalate_network"),
+    (SILENT, 3, "many_nodes_lost_at_once", "escalate_infra"),
+    (ETH_DOWN, 2, "many_nodes_lost_at_once", "escalate_infra"),  # two hosts' links are not yet a switch
+])
+def test_nodes_lost_together_switch_or_rack(kernel: str, logged_by: int, label: str, remedy: str) -> None:
+    diagnosis, actions = PlaybookPolicy().diagnose(_rack_state(kernel, logged_by), NOW)
+    assert (diagnosis.label, diagnosis.remedy, diagnosis.root_cause) == (label, remedy, "cluster")
+    assert not [a for a in actions if a.tool == "node_drain"]
