@@ -163,8 +163,11 @@ class Evidence:
             if node not in f.nodes or not f.failed or cancelled_by(self, f.job) in PERSON_CANCELS or f.job in same_workload:
                 continue
             ended = f.end_time is not None or f.state.upper().split()[0] in {"NODE_FAIL", "UNKNOWN"}
-            if not ended:
-                continue  # still restarting in place (a node's own daemon in CrashLoopBackOff): not a victim to rerun
+            if not ended and not f.gpus:
+                # Still restarting in place and holding no GPUs: a node's own daemon (device plugin,
+                # exporter) in CrashLoopBackOff goes with the node, not a victim to rerun. A workload
+                # holding the node's GPUs keeps crashing on them until it runs elsewhere.
+                continue
             if fault and f.end_time and abs((f.end_time - fault).total_seconds()) > VICTIM_WINDOW_MINUTES * 60:
                 continue
             out.append(f.job)

@@ -150,3 +150,19 @@ def test_nodes_lost_together_switch_or_rack(kernel: str, logged_by: int, label: 
     diagnosis, actions = PlaybookPolicy().diagnose(_rack_state(kernel, logged_by), NOW)
     assert (diagnosis.label, diagnosis.remedy, diagnosis.root_cause) == (label, remedy, "cluster")
     assert not [a for a in actions if a.tool == "node_drain"]
+
+
+# --- every victim of a faulty node, in any namespace and end state --------------------------------
+
+def test_victims_include_a_gpu_pod_still_crash_looping_but_not_a_gpu_less_daemon() -> None:
+    rows = [
+        _job("train-0", "Failed", ["bad"], partition="nlp", started_h=6, ended_h=1),
+        _job("serve-x", "CrashLoopBackOff", ["bad"], partition="serving", gpus=1, started_h=20, ended_h=None),
+        _job("batch-y", "Error", ["bad"], partition="data", gpus=1, started_h=2, ended_h=0.9),
+        _job("exporter", "CrashLoopBackOff", ["bad"], partition="gpu-operator", gpus=0, started_h=400, ended_h=None),
+        _job("cpu-prep", "Running", ["bad"], partition="nlp", gpus=0, started_h=3, ended_h=None),
+        _job("late-fail", "Error", ["bad"], partition="data", gpus=1, started_h=30, ended_h=20),
+        _job("elsewhere", "CrashLoopBackOff", ["good"], partition="serving", gpus=1, started_h=5, ended_h=None),
+    ]
+    ev = build_evidence([_obs("list_jobs", {"node": "bad"}, rows=rows)], {"kind": "job_failed", "job": "train-0"}, NOW)
+    assert sorted(ev.victims_of("bad")) == ["batch-y", "serve-x", "train-0"]
