@@ -116,6 +116,12 @@ class Signal(Strict):
     """Text signals: the match counts only when the job's GPUs are working now: every GPU sampled
     on its nodes (the latest sample each) is at least this busy, with memory in use. A log that
     ends inside an evaluation pass means a busy job only while its GPUs say so."""
+    focus_only: bool = False
+    """Text signals: only the focus jobs' own texts count (their log, their events), not another
+    pod's: whose eviction message it is decides whether the pod was the cause or a bystander."""
+    newest_of: str | None = None
+    """Event signals: the match counts only when its event is the newest, for the same object, of
+    the events this regex matches (a node condition that has cleared since it was raised)."""
     config_key: str | None = None
     config_ge: float | None = None
     config_values: list[Any] | None = None
@@ -128,10 +134,15 @@ class Signal(Strict):
     """Signals sharing a group are alternatives, and at least one of each group must match."""
 
     _compiles = field_validator("pattern")(lambda v: _compiled(v, "pattern"))
+    _newest_compiles = field_validator("newest_of")(lambda v: _compiled(v, "newest_of"))
 
     @model_validator(mode="after")
     def _has_a_test(self) -> Signal:
         text_sources = {"log", "kernel_log", "events", "describe", "status_message"}
+        if self.newest_of and self.where != "events":
+            raise ValueError("newest_of needs an events signal (events carry their time)")
+        if self.focus_only and self.where not in text_sources:
+            raise ValueError("focus_only needs a text signal")
         if self.where in text_sources and not self.pattern:
             raise ValueError(f"a {self.where} signal needs a pattern")
         if self.where in {"job_state", "job_reason", "exit_code", "node_state", "trigger", "cancelled_by"} and not (

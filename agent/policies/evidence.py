@@ -41,7 +41,8 @@ class TextDoc:
     call: str
     """The tool call it came from, as the evidence path names it."""
     last_time: datetime | None = None
-    """The latest timestamp a line carries (job logs), to tell a silent job from a busy one."""
+    """The latest timestamp a line carries (job logs), to tell a silent job from a busy one; an
+    event's own time."""
 
     @property
     def text(self) -> str:
@@ -312,7 +313,7 @@ def build_evidence(observations: list[dict[str, Any]], trigger: dict[str, Any], 
             for e in data.get("events") or []:
                 ev.docs.append(TextDoc(
                     "events", _entity_of_object(e["object"], ev.nodes),
-                    [f"{e.get('type', '')} {e['reason']}: {e.get('message', '')}"], label,
+                    [f"{e.get('type', '')} {e['reason']}: {e.get('message', '')}"], label, _time(e.get("time")),
                 ))
         elif tool == "ray_job_status":
             if data.get("row"):

@@ -61,8 +61,11 @@ def _first_match(pattern: re.Pattern[str], text: str) -> tuple[str, tuple[tuple[
 
 def _text_hits(idx: int, sig: Signal, pattern, ev: Evidence) -> list[Hit]:
     hits: list[Hit] = []
+    own = {f"job:{j}" for j in ev.focus_jobs()} if sig.focus_only else None
     for doc in ev.docs:
-        if doc.source != sig.where:
+        if doc.source != sig.where or (own is not None and doc.entity not in own):
+            continue
+        if sig.newest_of and not _newest(doc, sig.newest_of, ev):
             continue
         # One search over the whole text (patterns compile with re.M, so ^ and $ are per line);
         # the first match per document is evidence enough, more is noise.
@@ -84,6 +87,20 @@ def _text_hits(idx: int, sig: Signal, pattern, ev: Evidence) -> list[Hit]:
     if sig.min_count and len({h.entity for h in hits}) < sig.min_count:
         return []
     return hits
+
+
+def _newest(doc, regex: str, ev: Evidence) -> bool:
+    """Whether an event is the newest of its object's events that match `regex` (and has a time)."""
+    if doc.last_time is None:
+        return False
+    rx = _compiled_newest(regex)
+    return not any(d.source == "events" and d.entity == doc.entity and d.last_time and d.last_time > doc.last_time
+                   and rx.search(d.text) for d in ev.docs)
+
+
+@lru_cache(maxsize=64)
+def _compiled_newest(regex: str) -> re.Pattern[str]:
+    return re.compile(regex, re.I | re.M)
 
 
 def _pointed_at(node: str | None, entity: str, ev: Evidence) -> str:
