@@ -121,7 +121,8 @@ class Signal(Strict):
     pod's: whose eviction message it is decides whether the pod was the cause or a bystander."""
     newest_of: str | None = None
     """Event signals: the match counts only when its event is the newest, for the same object, of
-    the events this regex matches (a node condition that has cleared since it was raised)."""
+    the events this regex matches, and no older than the focus jobs' end (a node condition that
+    has cleared since it was raised, after the failure)."""
     config_key: str | None = None
     config_ge: float | None = None
     config_values: list[Any] | None = None

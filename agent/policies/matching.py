@@ -90,8 +90,12 @@ def _text_hits(idx: int, sig: Signal, pattern, ev: Evidence) -> list[Hit]:
 
 
 def _newest(doc, regex: str, ev: Evidence) -> bool:
-    """Whether an event is the newest of its object's events that match `regex` (and has a time)."""
+    """Whether an event is the newest of its object's events that match `regex`, and no older
+    than the focus jobs' end (it happened since the failure)."""
     if doc.last_time is None:
+        return False
+    _, failed_at = ev.focus_window()
+    if failed_at is not None and doc.last_time < failed_at:
         return False
     rx = _compiled_newest(regex)
     return not any(d.source == "events" and d.entity == doc.entity and d.last_time and d.last_time > doc.last_time

@@ -166,3 +166,53 @@ def test_victims_include_a_gpu_pod_still_crash_looping_but_not_a_gpu_less_daemon
     ]
     ev = build_evidence([_obs("list_jobs", {"node": "bad"}, rows=rows)], {"kind": "job_failed", "job": "train-0"}, NOW)
     assert sorted(ev.victims_of("bad")) == ["batch-y", "serve-x", "train-0"]
+
+
+# --- a bystander evicted under node pressure that has cleared since ---------------------------------
+
+def _event(minutes_ago: float, reason: str, obj: str, message: str, kind: str = "Normal") -> dict[str, Any]:
+    return {"time": (NOW - timedelta(minutes=minutes_ago)).isoformat(), "type": kind, "reason": reason,
+            "object": obj, "message": message}
+
+
+BYSTANDER = ("The node was low on resource: ephemeral-storage. Threshold quantity: 38576553164, available: "
+             "31207720Ki. Container trainer was using 3116Ki, request is 0, has larger consumption of ephemeral-storage. ")
+HOG = BYSTANDER.replace("trainer was using 3116Ki", "trainer was using 641728512Ki")
+
+
+def _evicted_state(pod_message: str, node_events: list[tuple[float, str]],
+                   neighbour: str | None = None) -> dict[str, Any]:
+    pod = [_event(40, "Evicted", "pod/ml/ft-0", pod_message, "Warning")]
+    node = [_event(m, r, "node/w1", f"Node w1 status is now: {r}") for m, r in node_events]
+    obs = [_obs("kubectl_describe", {"kind": "pod", "name": "ft-0"},
+                job=_job("ft-0", "Failed", ["w1"], started_h=5, ended_h=40 / 60)),
+           _obs("kubectl_events", {"object": "ft-0"}, events=pod),
+           _obs("kubectl_events", {"object": "node/w1"}, events=node)]
+    if neighbour:
+        obs.append(_obs("kubectl_events", {"object": "export-9"},
+                        events=[_event(41, "Evicted", "pod/data/export-9", neighbour, "Warning")]))
+    return {"observations": obs, "trigger": {"kind": "job_failed", "job": "ft-0"}, "backend": "kubernetes"}
+
+
+PRESSURE = (42, "NodeHasDiskPressure")
+CLEARED = (30, "NodeHasNoDiskPressure")
+
+
+def test_bystander_on_a_node_that_recovered_reruns_as_it_was() -> None:
+    # A neighbour evicted for using hundreds of GiB does not make the trainer the cause.
+    diagnosis, actions = PlaybookPolicy().diagnose(_evicted_state(BYSTANDER, [PRESSURE, CLEARED], neighbour=HOG), NOW)
+    assert (diagnosis.label, diagnosis.remedy) == ("evicted_node_pressure_cleared", "resubmit")
+    resubmits = [a for a in actions if a.tool == "resubmit"]
+    assert len(resubmits) == 1 and "exclude_nodes" not in resubmits[0].args and "changes" not in resubmits[0].args
+    assert not [a for a in actions if a.tool in {"node_drain", "escalate"}]
+
+
+@pytest.mark.parametrize("message, node_events, why", [
+    (BYSTANDER, [PRESSURE], "the node never reported the pressure gone"),
+    (BYSTANDER, [PRESSURE, CLEARED, (10, "NodeHasDiskPressure")], "the pressure came back after it cleared"),
+    (BYSTANDER, [(50, "NodeHasNoDiskPressure"), PRESSURE], "the only 'cleared' event is older than the eviction"),
+    (HOG, [PRESSURE, CLEARED], "the pod itself filled the disk"),
+])
+def test_not_a_recovered_bystander(message: str, node_events: list[tuple[float, str]], why: str) -> None:
+    diagnosis, _ = PlaybookPolicy().diagnose(_evicted_state(message, node_events), NOW)
+    assert diagnosis.label != "evicted_node_pressure_cleared", why
