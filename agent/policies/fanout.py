@@ -48,6 +48,12 @@ def suspects(ev: Evidence, candidates: list[LabelMatch]) -> set[str]:
     return found
 
 
+def spans_nodes(match: LabelMatch) -> bool:
+    """A cause, not a symptom, that blames the cluster on evidence from two nodes or more."""
+    label = match.entry.label
+    return label.root_cause == "cluster" and not label.symptom and len(match.entities("node")) >= 2
+
+
 def bound(calls: list[ToolCall], ev: Evidence, candidates: list[LabelMatch]) -> list[ToolCall]:
     """The calls worth making this round: probes of unsuspected nodes wait for the kernel logs,
     then go only to the suspects when there are any."""
@@ -58,6 +64,10 @@ def bound(calls: list[ToolCall], ev: Evidence, candidates: list[LabelMatch]) -> 
         return calls  # a slow or stalled job prints nothing to dmesg: telemetry first, everywhere
     if len(relevant) <= 1 and not widening:
         return calls  # nothing to save on one node
+    if candidates and spans_nodes(candidates[0]):
+        # The leading cause is one event across several nodes at once (a switch, a rack, a fabric):
+        # probing each of those nodes in turn cannot name one of them, and no node is drained.
+        return [c for c in calls if probed_node(c) is None]
     named = suspects(ev, candidates)
     logs_outstanding = widening or any(c.tool == "kernel_log" and c.args.get("node") in relevant for c in calls)
     def asked(tool: str, args: dict) -> bool:
