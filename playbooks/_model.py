@@ -93,7 +93,8 @@ class Signal(Strict):
     min_minutes: float | None = None
     """progress: no new step for at least this long; co_failures: time window; attempts: count
     only the runs that lasted at least this long before they failed; node_ran_since: how long
-    the later job must have run without failing."""
+    the later job must have run without failing; kernel_log: the line where the match ends is
+    stamped on the wall clock at least this long before now (quiet since)."""
     min_count: int | None = None
     """co_failures / attempts: how many."""
     min_drop_pct: float | None = None

@@ -80,6 +80,8 @@ def _text_hits(idx: int, sig: Signal, pattern, ev: Evidence) -> list[Hit]:
                 continue
             if sig.covers and not _covers(sig.covers, dict(caps)):
                 continue
+            if sig.where == "kernel_log" and sig.min_minutes and not _quiet_since(line, sig.min_minutes, ev):
+                continue
             caps = dict(caps)
             if "peak" in pattern.groupindex:
                 caps["peak"] = _largest_size(pattern, doc.text) or caps.get("peak", "")
@@ -87,6 +89,15 @@ def _text_hits(idx: int, sig: Signal, pattern, ev: Evidence) -> list[Hit]:
     if sig.min_count and len({h.entity for h in hits}) < sig.min_count:
         return []
     return hits
+
+
+def _quiet_since(line: str, minutes: float, ev: Evidence) -> bool:
+    """Whether a kernel-log line carries a wall-clock stamp (`dmesg -T`, syslog, ISO) at least
+    `minutes` before now. Plain dmesg counts seconds from boot: no wall clock, so no."""
+    from crashcart.tools.render import kernel_log_stamp
+
+    stamp = kernel_log_stamp(ev.now)(line) if ev.now else None
+    return stamp is not None and (ev.now - stamp).total_seconds() >= minutes * 60
 
 
 def _newest(doc, regex: str, ev: Evidence) -> bool:

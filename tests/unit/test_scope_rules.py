@@ -216,3 +216,21 @@ def test_bystander_on_a_node_that_recovered_reruns_as_it_was() -> None:
 def test_not_a_recovered_bystander(message: str, node_events: list[tuple[float, str]], why: str) -> None:
     diagnosis, _ = PlaybookPolicy().diagnose(_evicted_state(message, node_events), NOW)
     assert diagnosis.label != "evicted_node_pressure_cleared", why
+
+
+STAMPED_BLIP = """[Tue May  4 08:59:40 2027] mlx5_core 0000:5e:00.0 ibp94s0: Link down
+[Tue May  4 09:00:16 2027] mlx5_core 0000:5e:00.0 ibp94s0: Link up
+[Tue May  4 09:00:18 2027] IPv6: ADDRCONF(NETDEV_CHANGE): ibp94s0: link becomes ready
+[Tue May  4 10:12:03 2027] cni0: port 3(veth1a2b3c4d) entered forwarding state
+"""
+
+
+def test_a_stamped_kernel_log_quiet_since_the_port_came_back_is_proof_enough() -> None:
+    diagnosis, _ = PlaybookPolicy().diagnose(_flap_state(STAMPED_BLIP, []), NOW)
+    assert diagnosis.label == "ib_port_flap_recovered"
+
+
+def test_a_port_back_only_minutes_ago_has_not_held_yet() -> None:
+    recent = STAMPED_BLIP.replace("Tue May  4 09:00:18", "Tue May  4 11:50:18").replace("cni0", "x").splitlines()[:3]
+    diagnosis, _ = PlaybookPolicy().diagnose(_flap_state("\n".join(recent) + "\n", []), NOW)
+    assert diagnosis.label != "ib_port_flap_recovered"
