@@ -33,6 +33,8 @@ SignalSource = Literal[
     "memory_growth",  # a GPU's memory use rose steadily by min_growth_pct over the samples seen
     "node_labels",    # a relevant node's labels, as key=value lines
     "named_job",      # the trigger names a job the cluster knows (a question about one job)
+    "cancelled_by",   # who cancelled the job: system (uid 0), owner, other (not the owner), person (owner unknown)
+    "node_ran_since", # a node whose kernel log matches `pattern` has run another job well since the failure
 ]
 
 Team = Literal["hardware", "network", "infra", "storage", "user", "credentials", "capacity"]
@@ -84,13 +86,15 @@ class Signal(Strict):
     named `peak` captures the largest size it reads anywhere in the text, not the first).
     A pattern with a newline escape (\\n) runs over the whole text, for errors that span lines."""
     values: list[str] | None = None
-    """Exact words for job_state, job_reason, exit_code, node_state and trigger kinds."""
+    """Exact words for job_state, job_reason, exit_code, node_state, cancelled_by and trigger kinds."""
     thresholds: list[Threshold] = Field(default_factory=list)
     throttle_any: list[str] = Field(default_factory=list)
     """telemetry: at least one of these throttle reasons is active (substring match)."""
     min_minutes: float | None = None
     """progress: no new step for at least this long; co_failures: time window; attempts: count
-    only the runs that lasted at least this long before they failed."""
+    only the runs that lasted at least this long before they failed; node_ran_since: how long
+    the later job must have run without failing; kernel_log: the line where the match ends is
+    stamped on the wall clock at least this long before now (quiet since)."""
     min_count: int | None = None
     """co_failures / attempts: how many."""
     min_drop_pct: float | None = None
@@ -113,6 +117,13 @@ class Signal(Strict):
     """Text signals: the match counts only when the job's GPUs are working now: every GPU sampled
     on its nodes (the latest sample each) is at least this busy, with memory in use. A log that
     ends inside an evaluation pass means a busy job only while its GPUs say so."""
+    focus_only: bool = False
+    """Text signals: only the focus jobs' own texts count (their log, their events), not another
+    pod's: whose eviction message it is decides whether the pod was the cause or a bystander."""
+    newest_of: str | None = None
+    """Event signals: the match counts only when its event is the newest, for the same object, of
+    the events this regex matches, and no older than the focus jobs' end (a node condition that
+    has cleared since it was raised, after the failure)."""
     config_key: str | None = None
     config_ge: float | None = None
     config_values: list[Any] | None = None
@@ -125,16 +136,23 @@ class Signal(Strict):
     """Signals sharing a group are alternatives, and at least one of each group must match."""
 
     _compiles = field_validator("pattern")(lambda v: _compiled(v, "pattern"))
+    _newest_compiles = field_validator("newest_of")(lambda v: _compiled(v, "newest_of"))
 
     @model_validator(mode="after")
     def _has_a_test(self) -> Signal:
         text_sources = {"log", "kernel_log", "events", "describe", "status_message"}
+        if self.newest_of and self.where != "events":
+            raise ValueError("newest_of needs an events signal (events carry their time)")
+        if self.focus_only and self.where not in text_sources:
+            raise ValueError("focus_only needs a text signal")
         if self.where in text_sources and not self.pattern:
             raise ValueError(f"a {self.where} signal needs a pattern")
-        if self.where in {"job_state", "job_reason", "exit_code", "node_state", "trigger"} and not (
+        if self.where in {"job_state", "job_reason", "exit_code", "node_state", "trigger", "cancelled_by"} and not (
             self.values or self.pattern
         ):
             raise ValueError(f"a {self.where} signal needs values or a pattern")
+        if self.where == "node_ran_since" and not self.pattern:
+            raise ValueError("a node_ran_since signal needs a pattern (the kernel-log lines that pick the node)")
         if self.where == "telemetry" and not (self.thresholds or self.throttle_any):
             raise ValueError("a telemetry signal needs thresholds or throttle_any")
         if self.where == "config" and not self.config_key:

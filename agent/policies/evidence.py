@@ -19,13 +19,17 @@ FAILED_STATES = {
 }
 VICTIM_WINDOW_MINUTES = 60
 """Jobs that ended badly on a faulty node this close to the fault are its victims."""
-# A person's own cancel ("CANCELLED by 51234") is a decision, not a victim; uid 0 is Slurm itself.
-_OWNER_CANCEL = re.compile(r"^CANCELLED by [1-9]\d*$", re.I)
 # A line worth a person's eyes: an error, an exception, a kill, a timeout.
 SUSPICIOUS = re.compile(
     r"\b(\w*error|\w*exception|traceback|fatal|failed|killed|abort|timed? ?out|panic|segfault|nan\b|oom)",
     re.I,
 )
+
+# sacct's word for a cancelled job names who cancelled it: "CANCELLED by <uid>" (0 is root or
+# slurmctld itself). A person's cancel is a decision, not a victim of a fault.
+_CANCELLED_BY = re.compile(r"^CANCELLED by (\d+)$", re.I)
+# coreutils `id` as a job script's prolog prints it: "uid=61407(ajoshi) gid=6001(nlp) groups=...".
+_ID_LINE = re.compile(r"(?<![\w=])uid=(\d+)\(([^)\s]+)\)")
 RUNNING_STATES = {"RUNNING", "COMPLETING", "CONFIGURING", "ALIVE"}
 # The scheduler reads, and the fields of their output the capacity answers read.
 LIMIT_TOOLS = {
@@ -58,7 +62,8 @@ class TextDoc:
     call: str
     """The tool call it came from, as the evidence path names it."""
     last_time: datetime | None = None
-    """The latest timestamp a line carries (job logs), to tell a silent job from a busy one."""
+    """The latest timestamp a line carries (job logs), to tell a silent job from a busy one; an
+    event's own time."""
 
     @property
     def text(self) -> str:
@@ -198,11 +203,14 @@ class Evidence:
         same_workload = {r.job for j in self.focus_jobs() for r in self.replicas(j)}
         out = []
         for f in self.jobs.values():
-            if node not in f.nodes or not f.failed or _OWNER_CANCEL.match(f.state.strip()) or f.job in same_workload:
+            if node not in f.nodes or not f.failed or cancelled_by(self, f.job) in PERSON_CANCELS or f.job in same_workload:
                 continue
             ended = f.end_time is not None or f.state.upper().split()[0] in {"NODE_FAIL", "UNKNOWN"}
-            if not ended:
-                continue  # still restarting in place (a node's own daemon in CrashLoopBackOff): not a victim to rerun
+            if not ended and not f.gpus:
+                # Still restarting in place and holding no GPUs: a node's own daemon (device plugin,
+                # exporter) in CrashLoopBackOff goes with the node, not a victim to rerun. A workload
+                # holding the node's GPUs keeps crashing on them until it runs elsewhere.
+                continue
             if fault and f.end_time and abs((f.end_time - fault).total_seconds()) > VICTIM_WINDOW_MINUTES * 60:
                 continue
             out.append(f.job)
@@ -224,6 +232,41 @@ class Evidence:
                     if n not in nodes:
                         nodes.append(n)
         return nodes
+
+
+PERSON_CANCELS = {"owner", "other", "person"}
+
+
+def cancelled_by(ev: Evidence, job: str) -> str | None:
+    """Who cancelled a job, as far as the evidence tells: `system` (uid 0: root or slurmctld),
+    `owner` (the uid its own `id` output reports for the job's user), `other` (a person who is
+    not the owner: an administrator), `person` (a nonzero uid nobody has tied to an owner).
+    None when the job was not cancelled by anyone named."""
+    facts = ev.jobs.get(job)
+    m = _CANCELLED_BY.match(facts.state.strip()) if facts and facts.state else None
+    if not m:
+        return None
+    uid = int(m.group(1))
+    if uid == 0:
+        return "system"
+    owner = owner_uid(ev, job)
+    if owner is None:
+        return "person"
+    return "owner" if owner == uid else "other"
+
+
+def owner_uid(ev: Evidence, job: str) -> int | None:
+    """The job owner's uid, from the job's own output (`id` in its script: the process runs as
+    its owner). Only a line naming the job's user counts when the user is known."""
+    facts = ev.jobs.get(job)
+    user = facts.user if facts else None
+    for doc in ev.docs:
+        if doc.source not in {"log", "attempt_log"} or doc.entity != f"job:{job}":
+            continue
+        for m in _ID_LINE.finditer(doc.text):
+            if user is None or m.group(2) == user:
+                return int(m.group(1))
+    return None
 
 
 def _overlap(a: JobFacts, b: JobFacts, now: datetime | None) -> bool:
@@ -312,7 +355,7 @@ def build_evidence(observations: list[dict[str, Any]], trigger: dict[str, Any], 
             for e in data.get("events") or []:
                 ev.docs.append(TextDoc(
                     "events", _entity_of_object(e["object"], ev.nodes),
-                    [f"{e.get('type', '')} {e['reason']}: {e.get('message', '')}"], label,
+                    [f"{e.get('type', '')} {e['reason']}: {e.get('message', '')}"], label, _time(e.get("time")),
                 ))
         elif tool == "ray_job_status":
             if data.get("row"):

@@ -188,6 +188,12 @@ def _history_after_sample(calls: list[ToolCall], ev: Evidence, candidates: list[
                                      and c.args["node"] not in named and (sampling or named))]
 
 
+def spans_nodes(match: LabelMatch) -> bool:
+    """A cause, not a symptom, that blames the cluster on evidence from two nodes or more."""
+    label = match.entry.label
+    return label.root_cause == "cluster" and not label.symptom and len(match.entities("node")) >= 2
+
+
 def _bound(calls: list[ToolCall], ev: Evidence, candidates: list[LabelMatch]) -> list[ToolCall]:
     relevant = set(ev.relevant_nodes())
     # Listing the namespace finds a workload's other pods, and with them more nodes to weigh.
@@ -196,6 +202,10 @@ def _bound(calls: list[ToolCall], ev: Evidence, candidates: list[LabelMatch]) ->
         return _history_after_sample(calls, ev, candidates)
     if len(relevant) <= 1 and not widening:
         return calls  # nothing to save on one node
+    if candidates and spans_nodes(candidates[0]):
+        # The leading cause is one event across several nodes at once (a switch, a rack, a fabric):
+        # probing each of those nodes in turn cannot name one of them, and no node is drained.
+        return [c for c in calls if probed_node(c) is None]
     named = suspects(ev, candidates)
     logs_outstanding = widening or any(c.tool == "kernel_log" and c.args.get("node") in relevant for c in calls)
     def asked(tool: str, args: dict) -> bool:

@@ -8,7 +8,7 @@ from functools import lru_cache
 from dataclasses import dataclass, field
 from typing import Any
 
-from crashcart.agent.policies.evidence import Evidence, RUNNING_STATES, _time
+from crashcart.agent.policies.evidence import Evidence, RUNNING_STATES, _time, cancelled_by
 from crashcart.playbooks._loader import LabelEntry
 from crashcart.agent.policies.config_keys import parse_size
 from crashcart.playbooks._model import Arithmetic, Signal
@@ -61,8 +61,11 @@ def _first_match(pattern: re.Pattern[str], text: str) -> tuple[str, tuple[tuple[
 
 def _text_hits(idx: int, sig: Signal, pattern, ev: Evidence) -> list[Hit]:
     hits: list[Hit] = []
+    own = {f"job:{j}" for j in ev.focus_jobs()} if sig.focus_only else None
     for doc in ev.docs:
-        if doc.source != sig.where:
+        if doc.source != sig.where or (own is not None and doc.entity not in own):
+            continue
+        if sig.newest_of and not _newest(doc, sig.newest_of, ev):
             continue
         # One search over the whole text (patterns compile with re.M, so ^ and $ are per line);
         # the first match per document is evidence enough, more is noise.
@@ -77,6 +80,8 @@ def _text_hits(idx: int, sig: Signal, pattern, ev: Evidence) -> list[Hit]:
                 continue
             if sig.covers and not _covers(sig.covers, dict(caps)):
                 continue
+            if sig.where == "kernel_log" and sig.min_minutes and not _quiet_since(line, sig.min_minutes, ev):
+                continue
             caps = dict(caps)
             if "peak" in pattern.groupindex:
                 caps["peak"] = _largest_size(pattern, doc.text) or caps.get("peak", "")
@@ -84,6 +89,33 @@ def _text_hits(idx: int, sig: Signal, pattern, ev: Evidence) -> list[Hit]:
     if sig.min_count and len({h.entity for h in hits}) < sig.min_count:
         return []
     return hits
+
+
+def _quiet_since(line: str, minutes: float, ev: Evidence) -> bool:
+    """Whether a kernel-log line carries a wall-clock stamp (`dmesg -T`, syslog, ISO) at least
+    `minutes` before now. Plain dmesg counts seconds from boot: no wall clock, so no."""
+    from crashcart.tools.render import kernel_log_stamp
+
+    stamp = kernel_log_stamp(ev.now)(line) if ev.now else None
+    return stamp is not None and (ev.now - stamp).total_seconds() >= minutes * 60
+
+
+def _newest(doc, regex: str, ev: Evidence) -> bool:
+    """Whether an event is the newest of its object's events that match `regex`, and no older
+    than the focus jobs' end (it happened since the failure)."""
+    if doc.last_time is None:
+        return False
+    _, failed_at = ev.focus_window()
+    if failed_at is not None and doc.last_time < failed_at:
+        return False
+    rx = _compiled_newest(regex)
+    return not any(d.source == "events" and d.entity == doc.entity and d.last_time and d.last_time > doc.last_time
+                   and rx.search(d.text) for d in ev.docs)
+
+
+@lru_cache(maxsize=64)
+def _compiled_newest(regex: str) -> re.Pattern[str]:
+    return re.compile(regex, re.I | re.M)
 
 
 def _pointed_at(node: str | None, entity: str, ev: Evidence) -> str:
@@ -218,6 +250,12 @@ def _config_value(config: dict[str, Any], dotted: str) -> Any:
     return node
 
 
+_CANCELLERS = {
+    "system": "uid 0, root or slurmctld", "owner": "the owner's own uid (its `id` output)",
+    "other": "not the owner's uid (its `id` output says whose it is)", "person": "a person's uid",
+}
+
+
 def signal_hits(idx: int, sig: Signal, pattern, ev: Evidence) -> list[Hit]:
     if sig.where in TEXT_SOURCES:
         return _text_hits(idx, sig, pattern, ev)
@@ -230,6 +268,11 @@ def signal_hits(idx: int, sig: Signal, pattern, ev: Evidence) -> list[Hit]:
             value = getattr(facts, attr) if facts else None
             if _word_matches(sig, pattern, value):
                 hits.append(Hit(idx, f"job:{j}", f"job {j} {attr}: {value}", f"{sig.where}:{j}"))
+    elif sig.where == "cancelled_by":
+        for j in focus:
+            who = cancelled_by(ev, j)
+            if _word_matches(sig, pattern, who):
+                hits.append(Hit(idx, f"job:{j}", f"job {j} {ev.jobs[j].state}: {_CANCELLERS[who]}", f"sacct:{j}"))
     elif sig.where == "node_state":
         for n in ev.relevant_nodes():
             row = ev.nodes.get(n)
@@ -293,6 +336,8 @@ def signal_hits(idx: int, sig: Signal, pattern, ev: Evidence) -> list[Hit]:
                 hits.append(Hit(idx, f"node:{n}", f"node {n} label {m.group(0)}", f"node_labels:{n}"))
     elif sig.where == "co_failures":
         hits = _co_failure_hits(idx, sig, ev)
+    elif sig.where == "node_ran_since":
+        hits = _ran_since_hits(idx, sig, pattern, ev)
     elif sig.where == "attempts":
         for j in focus:
             facts = ev.jobs.get(j)
@@ -363,6 +408,33 @@ def steady_rise(values: list[float]) -> bool:
     third = len(values) // 3
     means = [sum(part) / len(part) for part in (values[:third], values[third:-third], values[-third:])]
     return holding >= 0.6 and means[0] < means[1] < means[2]
+
+
+def _ran_since_hits(idx: int, sig: Signal, pattern, ev: Evidence) -> list[Hit]:
+    """Nodes whose kernel log matches the pattern and that have run another job since the focus
+    jobs failed: started after the failure, not failed, running or finished for at least
+    min_minutes. Work carried through that long on the node is the proof a fault there has passed."""
+    _, failed_at = ev.focus_window()
+    if failed_at is None or ev.now is None:
+        return []
+    focus = set(ev.focus_jobs())
+    need = (sig.min_minutes or 30) * 60
+    hits = []
+    for doc in ev.docs:
+        if doc.source != "kernel_log" or not doc.entity.startswith("node:") or not pattern.search(doc.text):
+            continue
+        node = doc.entity[5:]
+        for f in ev.jobs.values():
+            state = f.state.upper().split()[0] if f.state else ""
+            if (f.job in focus or node not in f.nodes or f.start_time is None or f.start_time < failed_at
+                    or state not in RUNNING_STATES | {"COMPLETED", "SUCCEEDED"}):
+                continue
+            ran = ((f.end_time or ev.now) - f.start_time).total_seconds()
+            if ran >= need:
+                hits.append(Hit(idx, doc.entity, f"{node} has run job {f.job} ({f.state}) for {ran / 60:.0f} min "
+                                f"since the failure", f"list_jobs:{node}"))
+                break
+    return hits
 
 
 def _co_failure_hits(idx: int, sig: Signal, ev: Evidence) -> list[Hit]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 from crashcart.agent.policies.evidence import Evidence, JobFacts, call_key
 from crashcart.agent.policies.fanout import bound
 from crashcart.tools._spec import ToolCall
@@ -10,10 +12,11 @@ NODES = ["g1", "g2", "g3", "g4"]
 
 
 class Pointing:
-    """A candidate label whose hits name some nodes."""
+    """A candidate label whose hits name some nodes (a node's fault, unless `scope` says otherwise)."""
 
-    def __init__(self, *nodes):
+    def __init__(self, *nodes, scope="node", symptom=False):
         self.nodes = nodes
+        self.entry = SimpleNamespace(label=SimpleNamespace(root_cause=scope, symptom=symptom))
 
     def entities(self, kind):
         return [f"node:{n}" for n in self.nodes] if kind == "node" else []
@@ -76,3 +79,18 @@ def test_listing_a_namespace_defers_the_probes_even_on_one_known_node():
     ev = evidence(nodes=["g1"])
     wanted = [ToolCall(tool="list_jobs", args={"partition": "team"})] + calls("gpu_metrics", ["g1"])
     assert [c.tool for c in bound(wanted, ev, [])] == ["list_jobs"]
+
+
+def test_a_cause_across_several_nodes_stops_the_per_node_probes():
+    # A switch or rack event named on three nodes: probing each node cannot name one of them.
+    wanted = calls("nvidia_smi_query") + calls("gpu_metrics") + calls("sinfo") + [ToolCall(tool="sinfo", args={})]
+    kept = bound(wanted + [ToolCall(tool="list_jobs", args={"node": "g1"})], evidence(), [Pointing("g1", "g2", "g3", scope="cluster")])
+    assert [(c.tool, c.args) for c in kept] == [("sinfo", {}), ("list_jobs", {"node": "g1"})]
+
+
+def test_a_cluster_symptom_or_a_one_node_blame_still_probes_its_suspects():
+    wanted = calls("gpu_metrics")
+    symptom = [Pointing("g1", "g2", scope="cluster", symptom=True)]
+    assert [c.args["node"] for c in bound(wanted, evidence(), symptom)] == ["g1", "g2"]
+    one = [Pointing("g2", scope="cluster")]
+    assert [c.args["node"] for c in bound(wanted, evidence(), one)] == ["g2"]

@@ -59,6 +59,7 @@ def scenario_literals() -> list[Literal]:
 def _signal_texts(sig: Signal) -> list[str]:
     """What a signal matches on: its pattern, its exact values, its config values."""
     texts = [sig.pattern] if sig.pattern else []
+    texts += [sig.newest_of] if sig.newest_of else []
     texts += [str(v) for v in sig.values or []]
     texts += [str(v) for v in sig.config_values or []]
     return texts
