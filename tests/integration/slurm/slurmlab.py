@@ -11,7 +11,7 @@ import re
 import subprocess
 import time
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -149,6 +149,17 @@ class SlurmLab:
         the cluster's failures starts it after they end: a failure of theirs inside it would be
         an incident (acted on) next to the test's own."""
         self.wait_state(self.background["time_limit"], "TIMEOUT", timeout=180)
+
+    def window_start(self) -> datetime:
+        """The start of a window of the cluster's failures that holds only what happens after
+        this call. Accounting stamps a job's end in whole seconds and a window holds the ends
+        after its start: a job that ended before this call ends at or before this second, one that
+        starts after it (the call waits for the next second) ends in a later one. Half a second
+        lies between the two."""
+        now = datetime.now(UTC)
+        start = now.replace(microsecond=0) + timedelta(milliseconds=500)
+        time.sleep((now.replace(microsecond=0) + timedelta(seconds=1) - now).total_seconds())
+        return start
 
     def wait_for(self, what: str, check, timeout: float = 20) -> Any:
         """Poll until check() is truthy (accounting and the scheduler catch up in seconds)."""

@@ -3,8 +3,6 @@ recorded incident exports to a scenario that `crashcart eval` passes."""
 
 from __future__ import annotations
 
-from datetime import timedelta
-
 from crashcart.agent.guard import policy_from_dict
 from crashcart.agent.policies import make_policy
 from crashcart.agent.runner import make_deps
@@ -23,7 +21,7 @@ def test_watch_opens_one_incident_acts_once_and_the_incident_exports(lab: SlurmL
     # The watch window starts with this test: earlier tests' failures (autonomous here, every
     # write permitted) would be acted on too, and their resubmits and drains left behind.
     lab.background_ended()
-    since = backend.now() - timedelta(seconds=1)
+    since = lab.window_start()
     script = lab.script("watched.sh", CUDA_OOM)
     old = lab.sbatch(script, "-J", "watched-sft", "--gres=gpu:1", "-w", "n2", "-o", "watched-%j.out",
                      args=("--batch_size=8",))

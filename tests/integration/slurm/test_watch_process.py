@@ -11,7 +11,7 @@ import signal
 import subprocess
 import sys
 import time
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -37,14 +37,15 @@ sleep 600
 """
 
 
-def watch(lab: SlurmLab, cluster: Path, state: Path, since: float, *extra: str,
+def watch(lab: SlurmLab, cluster: Path, state: Path, since: datetime, *extra: str,
           crash_at: str | None = None) -> subprocess.CompletedProcess:
     """One poll of `crashcart watch` in its own process. A new store's first poll starts at
-    `since` (just before the test's own job), so failures of earlier tests are not in it."""
+    `since` (SlurmLab.window_start before the test's own job), so failures of earlier tests are
+    not in it."""
     if not (state / "incidents.duckdb").exists():
         state.mkdir(parents=True, exist_ok=True)
         store = IncidentStore(str(state / "incidents.duckdb"))
-        store.set_watch_cursor("crashcart-local", datetime.fromtimestamp(since - 1, UTC))
+        store.set_watch_cursor("crashcart-local", since)
         store.close()
     env = dict(lab.env)
     env.pop("CRASHCART_CRASH_AT", None)
@@ -84,7 +85,7 @@ def test_watch_killed_between_detection_and_action_acts_exactly_once(lab: SlurmL
     # take the crash point instead of ours).
     lab.background_ended()
     script = lab.script(f"killed-{crash_at}.sh", CUDA_OOM)
-    t0 = time.time()
+    t0 = lab.window_start()
     old = lab.sbatch(script, "-J", f"sft-{crash_at}", "--gres=gpu:1", "-o", "killed-%j.out",
                      args=("--batch_size=8",))
     assert lab.wait_state(old, "FAILED", timeout=120) == "FAILED"
@@ -118,7 +119,7 @@ def test_watch_killed_between_detection_and_action_acts_exactly_once(lab: SlurmL
 def test_watch_detects_a_job_whose_log_stopped_and_restarts_it(lab: SlurmLab, tmp_path):
     lab.background_ended()  # its end inside this test's window would be resubmitted by this watch
     script = lab.script("hung.sh", HUNG)
-    t0 = time.time()
+    t0 = lab.window_start()
     hung = lab.sbatch(script, "-J", "pretrain-hung", "--gres=gpu:1", "-o", "hung-%j.out")
     try:
         lab.wait_state(hung, "RUNNING", timeout=120)
