@@ -18,6 +18,7 @@
 # Knobs: CRASHCART_SLURM_DIR=/tmp/crashcart-slurm  CRASHCART_SLURM_NODES=5
 #        CRASHCART_SLURM_GPUS=4  CRASHCART_SLURM_PORT_BASE=17800
 #        CRASHCART_SLURM_CGROUP=auto|on|off  (memory enforcement: see write_configs)
+#        CRASHCART_SLURM_RESERVED=n3,n4  (nodes filled last: see write_configs)
 #
 # Slurm 22.05 (Debian 12) facts this relies on are noted where they matter.
 set -euo pipefail
@@ -29,6 +30,7 @@ MEM_MB=4000
 GPUS=${CRASHCART_SLURM_GPUS:-4}
 PB=${CRASHCART_SLURM_PORT_BASE:-17800}
 CGROUP=${CRASHCART_SLURM_CGROUP:-auto}
+RESERVED=${CRASHCART_SLURM_RESERVED:-}
 CLUSTER=crashcart-local
 PORT_CTLD=$((PB + 17)); PORT_DBD=$((PB + 19)); PORT_MYSQL=$((PB + 33))
 DB_USER=slurm; DB_NAME=slurm_acct_db
@@ -155,13 +157,22 @@ SlurmdParameters=config_overrides
 KillWait=2
 FirstJobId=$(cat "$D/etc/first-job-id")
 InactiveLimit=0
-MinJobAge=300
+# slurmctld keeps an ended job for MinJobAge seconds (default 300), then only accounting has
+# it. A test session lasts longer than that, so with the default whether a job's record (its
+# log paths, its state) comes from slurmctld or from accounting alone would depend on how long
+# ago an earlier test, or a slow machine, ended it. An hour keeps every job of a session.
+MinJobAge=3600
 # Preemption for the preempted-job test: a job in "urgent" cancels one in "debug".
 PreemptType=preempt/partition_prio
 PreemptMode=CANCEL
 EOF
+  # Reserved nodes weigh more: the scheduler places a job that names no node (or a resubmit
+  # that excludes one) on them only when every other node is full, so their job history is
+  # only what a test ran there on purpose.
+  local weight
   for i in $(seq 1 "$NODES"); do
-    echo "NodeName=n$i NodeHostname=localhost NodeAddr=127.0.0.1 Port=$((PB + 100 + i)) CPUs=$CPUS RealMemory=$MEM_MB Gres=gpu:$GPUS State=UNKNOWN" >> "$D/etc/slurm.conf"
+    weight=1; case ",$RESERVED," in *",n$i,"*) weight=100 ;; esac
+    echo "NodeName=n$i NodeHostname=localhost NodeAddr=127.0.0.1 Port=$((PB + 100 + i)) CPUs=$CPUS RealMemory=$MEM_MB Gres=gpu:$GPUS Weight=$weight State=UNKNOWN" >> "$D/etc/slurm.conf"
   done
   # MaxTime=60 on debug: a job asking for more pends with reason PartitionTimeLimit.
   cat >> "$D/etc/slurm.conf" <<EOF

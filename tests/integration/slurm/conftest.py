@@ -27,6 +27,9 @@ from slurmlab import HARNESS, SlurmLab, Sshd
 
 pytestmark = pytest.mark.slurm
 NODES = 5
+RESERVED = ("n3", "n4")
+"""Nodes kept for the tests that take a node down (SlurmLab.reserved_node): the agent reads a
+lost node's recent history, so theirs must hold only the test's own job."""
 TIME_LIMIT_JOB = """#!/bin/bash
 # Trains until Slurm kills it at its one-minute limit; checkpoints on the way.
 for i in $(seq 1 200); do
@@ -92,8 +95,8 @@ def slurm_lab(tmp_path_factory) -> SlurmLab:
         tried.add(base := _free_base(avoid=tried))
         root = Path(tempfile.mkdtemp(prefix="crashcart-slurm-"))
         root.chmod(0o755)
-        env = {**os.environ, "CRASHCART_SLURM_DIR": str(root / "cluster"),
-               "CRASHCART_SLURM_NODES": str(NODES), "CRASHCART_SLURM_PORT_BASE": str(base)}
+        env = {**os.environ, "CRASHCART_SLURM_DIR": str(root / "cluster"), "CRASHCART_SLURM_NODES": str(NODES),
+               "CRASHCART_SLURM_PORT_BASE": str(base), "CRASHCART_SLURM_RESERVED": ",".join(RESERVED)}
         done = _harness("slurm_local.sh", "up", env=env, timeout=300)
         if done.returncode == 0:
             break
@@ -106,7 +109,7 @@ def slurm_lab(tmp_path_factory) -> SlurmLab:
     jobs = root / "jobs"
     jobs.mkdir()
     cluster = Path(env["CRASHCART_SLURM_DIR"])
-    lab = SlurmLab(dir=cluster, jobs=jobs,
+    lab = SlurmLab(dir=cluster, jobs=jobs, reserved=RESERVED,
                    memory_enforcement=(cluster / "etc" / "memory-enforcement").read_text().strip())
     # The time-limit job takes 60-100 s to be killed: start it first, share it.
     script = lab.script("time_limit.sh", TIME_LIMIT_JOB)

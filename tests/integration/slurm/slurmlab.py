@@ -11,6 +11,7 @@ import re
 import subprocess
 import time
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -21,8 +22,6 @@ from crashcart.agent.store import IncidentStore
 from crashcart.tools.backends.slurm import SlurmBackend, SlurmSettings
 
 HARNESS = Path(__file__).resolve().parents[2] / "harness"
-FAILED = {"FAILED", "NODE_FAIL", "OUT_OF_MEMORY", "TIMEOUT", "PREEMPTED", "BOOT_FAIL", "DEADLINE"}
-"""Ends the agent counts as failures of a node's jobs."""
 FINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED",
          "BOOT_FAIL", "DEADLINE"}
 
@@ -70,9 +69,13 @@ class SlurmLab:
     """Where test jobs run (their WorkDir and logs)."""
     memory_enforcement: str
     """cgroup: OUT_OF_MEMORY is possible; none: this machine's cgroups do not allow it."""
+    reserved: tuple[str, ...] = ()
+    """Nodes the scheduler fills last, kept for the tests that take a node down (reserved_node)."""
     sshd: Sshd | None = None
     background: dict[str, str] = field(default_factory=dict)
     """Jobs started at session start because they take long (name -> job id)."""
+    started: datetime = field(default_factory=lambda: datetime.now(UTC))
+    """Before the session's first job: accounting windows that mean "this session" start here."""
 
     @property
     def conf(self) -> str:
@@ -124,8 +127,7 @@ class SlurmLab:
         """Accounting holds the job's whole record. It lags slurmctld by a second or more (longer
         on a busy machine): first the placeholder name `allocation`, no submit line, a
         state that trails; the agent reads accounting, so a test waits for the whole record."""
-        name, state, submit = self.record(job_id)
-        return bool(state) and name != "allocation" and bool(submit)
+        return _whole(*self.record(job_id))
 
     def wait_state(self, job_id: str, wanted: set[str] | str, timeout: float = 60) -> str:
         wanted = {wanted} if isinstance(wanted, str) else wanted
@@ -141,6 +143,23 @@ class SlurmLab:
                 raise AssertionError(f"job {job_id} ended {state}, not {wanted}")
             time.sleep(0.5)
         raise AssertionError(f"job {job_id} still {state} after {timeout} s (wanted {wanted})")
+
+    def background_ended(self) -> None:
+        """Wait until the session's background jobs have ended. A test that watches a window of
+        the cluster's failures starts it after they end: a failure of theirs inside it would be
+        an incident (acted on) next to the test's own."""
+        self.wait_state(self.background["time_limit"], "TIMEOUT", timeout=180)
+
+    def window_start(self) -> datetime:
+        """The start of a window of the cluster's failures that holds only what happens after
+        this call. Accounting stamps a job's end in whole seconds and a window holds the ends
+        after its start: a job that ended before this call ends at or before this second, one that
+        starts after it (the call waits for the next second) ends in a later one. Half a second
+        lies between the two."""
+        now = datetime.now(UTC)
+        start = now.replace(microsecond=0) + timedelta(milliseconds=500)
+        time.sleep((now.replace(microsecond=0) + timedelta(seconds=1) - now).total_seconds())
+        return start
 
     def wait_for(self, what: str, check, timeout: float = 20) -> Any:
         """Poll until check() is truthy (accounting and the scheduler catch up in seconds)."""
@@ -170,26 +189,38 @@ class SlurmLab:
                 self.resume(name)
         self.wait_for("only the background jobs in the queue", lambda: set(self._queued()) <= keep, timeout)
         self.wait_for("every node in service", lambda: all(_in_service(s) for s, _ in self._nodes().values()), timeout)
-        known = re.findall(r"^JobId=(\S+)", self.cli("scontrol", "show", "job", "-o", check=False), re.M)
-        self.wait_for("accounting to hold every job's whole record",
-                      lambda: all(self.accounted(j) for j in known if j not in keep), timeout)
+        self.wait_for("accounting to hold every job's whole record and final state",
+                      lambda: not self._unsettled(keep), timeout)
 
-    def quiet_node(self, minutes: int = 15) -> str:
-        """A node no job has failed on in the last `minutes` (a test's own cancels do not count)
-        and that runs no background job. The agent reads a node's recent history: three jobs failed on one
-        node within ten minutes is a node crash with many victims (playbooks: node_crash), so a
-        test about one job on one node needs a node whose history earlier tests left empty."""
-        busy = {n for j in self.background.values() for n in _hostlist(self.job(j).get("NodeList", ""))}
-        ended = self.cli("sacct", "-a", "-X", "-P", "-n", "-S", f"now-{minutes}minutes", "-E", "now",
-                         "-o", "NodeList,State")
-        dirty = set()
-        for line in ended.splitlines():
-            nodes, _, state = line.partition("|")
-            if state.split() and state.split()[0] in FAILED:
-                dirty |= set(_hostlist(nodes))
-        quiet = [n for n in sorted(self._nodes()) if n not in busy | dirty]
-        assert quiet, f"every node had a job end badly in the last {minutes} minutes: {sorted(dirty)}"
-        return quiet[0]
+    def _unsettled(self, keep: set[str]) -> dict[str, tuple[str, tuple[str, str, str]]]:
+        """Jobs slurmctld holds (every job of the session: MinJobAge in the harness) whose record
+        in accounting is not whole yet, or not at the end slurmctld gives them (a cancel reaches
+        slurmdbd after the queue has forgotten the job; the agent reads sacct): id -> (slurmctld's
+        state, accounting's (name, state, submit line))."""
+        out = self.cli("scontrol", "show", "job", "-o", check=False)
+        known = {j: s for j, s in re.findall(r"^JobId=(\S+) .*?\bJobState=(\S+)", out, re.M) if j not in keep}
+        if not known:
+            return {}
+        acct: dict[str, tuple[str, str, str]] = {}
+        for line in self.cli("sacct", "-n", "-X", "-P", "-a", "-j", ",".join(known), "-o",
+                             "JobID,JobName,State,SubmitLine", check=False).splitlines():
+            job, name, state, submit = (line.split("|", 3) + ["", "", ""])[:4]
+            acct[job] = (name, (state.split() or [""])[0], submit)  # the last line is the latest
+        return {j: (s, acct.get(j, ("", "", ""))) for j, s in known.items()
+                if not _whole(*acct.get(j, ("", "", ""))) or (s in FINAL and acct[j][1] != s)}
+
+    def reserved_node(self, name: str) -> str:
+        """A reserved node no job of this session has run on, idle. The agent reads a lost node's
+        recent history, where every job that ended badly counts (a cancel by root too: uid 0 is
+        Slurm itself): three within ten minutes are a node crash with many victims, and each is a
+        victim to rerun. A test that loses a node must read only its own job there."""
+        assert name in self.reserved, f"{name} is not one of the reserved nodes {self.reserved}"
+        ran = self.cli("sacct", "-a", "-X", "-P", "-n", "-N", name, "-S", self.started.strftime("%Y-%m-%dT%H:%M:%S"),
+                       "-E", "now", "-o", "JobID,JobName,State")
+        queued = self.cli("squeue", "-h", "-t", "all", "-w", name, "-o", "%i %j %T")
+        assert not ran.strip() and not queued.strip(), f"jobs ran on reserved node {name}:\n{ran}{queued}"
+        assert self.node(name)[0] == "idle", f"reserved node {name} is {self.node(name)}"
+        return name
 
     def _queued(self) -> list[str]:
         return self.cli("squeue", "-h", "-o", "%i").split()
@@ -254,10 +285,9 @@ class SlurmLab:
         return path
 
 
-def _hostlist(text: str) -> list[str]:
-    from crashcart.tools.render import expand_hostlist
-
-    return [] if text in {"", "None assigned", "(null)"} else expand_hostlist(text)
+def _whole(name: str, state: str, submit: str) -> bool:
+    """An accounting record past its placeholder (name `allocation`, no submit line, no state)."""
+    return bool(state) and name != "allocation" and bool(submit)
 
 
 def _in_service(state: str) -> bool:

@@ -87,8 +87,8 @@ def test_out_of_memory_gets_twice_the_memory(lab: SlurmLab, tmp_path):
 
 
 def test_node_down_under_a_job(lab: SlurmLab, tmp_path):
-    # A node earlier tests left no failed jobs on: one job lost with its node is node_failure.
-    node = lab.quiet_node()
+    # A node no other job ran on: one job lost with its node is node_failure.
+    node = lab.reserved_node("n3")
     script = lab.script("pretrain.sh", SLEEPER)
     old = lab.sbatch(script, "-J", "pretrain", "--no-requeue", "-w", node, "-o", "pretrain-%j.out")
     lab.wait_state(old, "RUNNING")

@@ -65,7 +65,7 @@ def test_node_down_over_ssh_with_an_encrypted_key(lab: SlurmLab, tmp_path, monke
                              resubmit={"script_dir": str(lab.jobs / "scripts")},
                              connection={"method": "ssh", "ssh": ssh}, node_access={"method": "ssh"})
     backend = SlurmBackend(settings)
-    node = lab.quiet_node()  # one job lost with its node is node_failure, not a crash with many victims
+    node = lab.reserved_node("n4")  # one job lost with its node is node_failure, not a crash with many victims
     script = lab.script("pretrain4.sh", SLEEPER)
     old = lab.sbatch(script, "-J", "pretrain-b", "--no-requeue", "-w", node, "-o", "p4-%j.out")
     lab.wait_state(old, "RUNNING")

@@ -9,7 +9,7 @@ import pytest
 from crashcart.tools import REGISTRY, ToolCall, ToolError
 from crashcart.tools.backends.base import acting_for
 from crashcart.tools.catalog import GpuOutput, JobsOutput, LogOutput, NodeLogOutput, NodesOutput
-from slurmlab import SlurmLab
+from slurmlab import FINAL, SlurmLab
 
 FAILING = """#!/bin/bash
 echo "$(date -u +%Y-%m-%dT%H:%M:%S) starting $SLURM_JOB_NAME"
@@ -85,16 +85,21 @@ def test_unknown_names_are_tool_errors_naming_them(lab: SlurmLab):
 
 
 def test_node_commands_through_srun(lab: SlurmLab):
+    before = set(lab.cli("squeue", "-h", "-t", "all", "-o", "%i").split())
     backend = lab.backend(node_access="srun")
     smi = tool(backend, "nvidia_smi_query", node="n2")
     assert isinstance(smi, GpuOutput) and smi.gpus == []
     assert smi.text == "nvidia-smi is not available on node n2 (not installed or not on PATH)"
     kernel = tool(backend, "kernel_log", node="n2", tail=5)
     assert isinstance(kernel, NodeLogOutput) and kernel.total_lines > 0
-    # The probe job is accounted as what it was: a completed crashcart probe, not a failure.
-    probes = lab.wait_for("accounting to record the probes", lambda: lab.cli(
-        "sacct", "-n", "-X", "-P", "-S", "now-1hours", "--name=crashcart-probe", "-o", "State").split())
-    assert set(probes) == {"COMPLETED"}
+    # Each probe job (one per command, this test's only jobs) is accounted as what it was: a
+    # completed crashcart probe, not a failure. Read once accounting has their ends.
+    probes = dict(line.split("|", 1) for line in lab.cli("squeue", "-h", "-t", "all", "-o", "%i|%j").splitlines())
+    probes = {job: name for job, name in probes.items() if job not in before}
+    assert sorted(probes.values()) == ["crashcart-probe", "crashcart-probe"], probes
+    ended = lab.wait_for("accounting to record the probes' ends", lambda: all(
+        lab.state(j) in FINAL for j in probes) and {lab.state(j) for j in probes})
+    assert ended == {"COMPLETED"}
     off = tool(lab.backend(node_access="none"), "kernel_log", node="n2")
     assert "switched off" in off.text
 

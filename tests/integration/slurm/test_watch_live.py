@@ -3,8 +3,6 @@ recorded incident exports to a scenario that `crashcart eval` passes."""
 
 from __future__ import annotations
 
-from datetime import timedelta
-
 from crashcart.agent.guard import policy_from_dict
 from crashcart.agent.policies import make_policy
 from crashcart.agent.runner import make_deps
@@ -19,19 +17,23 @@ from test_agent_local import CUDA_OOM
 
 
 def test_watch_opens_one_incident_acts_once_and_the_incident_exports(lab: SlurmLab, tmp_path):
+    backend = lab.backend()
+    # The watch window starts with this test: earlier tests' failures (autonomous here, every
+    # write permitted) would be acted on too, and their resubmits and drains left behind.
+    lab.background_ended()
+    since = lab.window_start()
     script = lab.script("watched.sh", CUDA_OOM)
     old = lab.sbatch(script, "-J", "watched-sft", "--gres=gpu:1", "-w", "n2", "-o", "watched-%j.out",
                      args=("--batch_size=8",))
     assert lab.wait_state(old, "FAILED") == "FAILED"
-    backend = lab.backend()
     store = IncidentStore(str(tmp_path / "watch.duckdb"))
     deps = make_deps(backend, make_policy("playbook"), policy_from_dict(ALLOW_ALL), store, cluster="crashcart-local")
     watcher = Watcher(deps, cluster="crashcart-local", settings=WatchSettings(interval_s=0))
-    store.set_watch_cursor("crashcart-local", backend.now() - timedelta(minutes=10))
+    store.set_watch_cursor("crashcart-local", since)
 
     touched = watcher.poll_once()
     mine = [i for i in touched if store.get_incident(i).incident.trigger.get("job") == old]
-    assert len(mine) == 1
+    assert len(mine) == 1 and len(touched) == 1, [store.get_incident(i).incident.trigger for i in touched]
     detail = store.get_incident(mine[0])
     assert detail.incident.diagnosis["label"] == "cuda_oom"
     resubmits = [a for a in detail.actions if a.tool == "resubmit"]

@@ -11,7 +11,7 @@ import signal
 import subprocess
 import sys
 import time
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -37,14 +37,15 @@ sleep 600
 """
 
 
-def watch(lab: SlurmLab, cluster: Path, state: Path, since: float, *extra: str,
+def watch(lab: SlurmLab, cluster: Path, state: Path, since: datetime, *extra: str,
           crash_at: str | None = None) -> subprocess.CompletedProcess:
     """One poll of `crashcart watch` in its own process. A new store's first poll starts at
-    `since` (just before the test's own job), so failures of earlier tests are not in it."""
+    `since` (SlurmLab.window_start before the test's own job), so failures of earlier tests are
+    not in it."""
     if not (state / "incidents.duckdb").exists():
         state.mkdir(parents=True, exist_ok=True)
         store = IncidentStore(str(state / "incidents.duckdb"))
-        store.set_watch_cursor("crashcart-local", datetime.fromtimestamp(since - 1, UTC))
+        store.set_watch_cursor("crashcart-local", since)
         store.close()
     env = dict(lab.env)
     env.pop("CRASHCART_CRASH_AT", None)
@@ -82,9 +83,9 @@ def incidents_for(store_path: Path, job: str):
 def test_watch_killed_between_detection_and_action_acts_exactly_once(lab: SlurmLab, tmp_path, crash_at):
     # The session's time-limit job must not end inside this test's window (its incident could
     # take the crash point instead of ours).
-    lab.wait_state(lab.background["time_limit"], "TIMEOUT", timeout=180)
+    lab.background_ended()
     script = lab.script(f"killed-{crash_at}.sh", CUDA_OOM)
-    t0 = time.time()
+    t0 = lab.window_start()
     old = lab.sbatch(script, "-J", f"sft-{crash_at}", "--gres=gpu:1", "-o", "killed-%j.out",
                      args=("--batch_size=8",))
     assert lab.wait_state(old, "FAILED", timeout=120) == "FAILED"
@@ -99,9 +100,10 @@ def test_watch_killed_between_detection_and_action_acts_exactly_once(lab: SlurmL
 
     second = watch(lab, cluster, state, t0)
     assert second.returncode == 0, second.stderr[-2000:]
-    jobs = lab.wait_for("the resubmitted job in Slurm", lambda: resubmits_of(lab, old))
-    time.sleep(2)  # a second sbatch, if there were one, would show by now
-    assert resubmits_of(lab, old) == jobs and len(jobs) == 1, jobs
+    # Both watch processes have exited: every sbatch they ran has returned, and slurmctld lists
+    # a job from its submission on (squeue -t all), so a second resubmit would be here now.
+    jobs = resubmits_of(lab, old)
+    assert len(jobs) == 1, jobs
     assert "--batch_size=4" in lab.job(jobs[0])["Command"]
 
     (detail,) = incidents_for(state / "incidents.duckdb", old)
@@ -115,8 +117,9 @@ def test_watch_killed_between_detection_and_action_acts_exactly_once(lab: SlurmL
 
 
 def test_watch_detects_a_job_whose_log_stopped_and_restarts_it(lab: SlurmLab, tmp_path):
+    lab.background_ended()  # its end inside this test's window would be resubmitted by this watch
     script = lab.script("hung.sh", HUNG)
-    t0 = time.time()
+    t0 = lab.window_start()
     hung = lab.sbatch(script, "-J", "pretrain-hung", "--gres=gpu:1", "-o", "hung-%j.out")
     try:
         lab.wait_state(hung, "RUNNING", timeout=120)
@@ -152,7 +155,7 @@ def test_investigate_a_live_job_from_the_command_line_in_observe_mode(lab: Slurm
                      args=("--batch_size=8",))
     assert lab.wait_state(old, "FAILED", timeout=120) == "FAILED"
     cluster = lab.cluster_file(tmp_path / "cluster.yaml", GUARD)
-    before = lab.wait_for("accounting to list the job", lambda: (snap := lab.snapshot(old))["jobs"] >= {old} and snap)
+    before = lab.snapshot(old)  # wait_state waited for accounting's whole record of the job
     done = subprocess.run(
         [sys.executable, "-m", "crashcart.agent.interfaces.cli", "investigate", "--cluster", str(cluster),
          "--job", old, "--mode", "observe", "--state-dir", str(tmp_path / "state")],
