@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from crashcart.agent.policies.llm._messages import ModelError
+
 
 class SDKModel:
     provider = ""
@@ -23,6 +25,10 @@ class SDKModel:
         # A local server needs no key, but the SDKs insist on one: give them a placeholder then.
         if self._api_key is None and self._base_url and self.public_host not in self._base_url:
             return os.environ.get(self.key_env) or "not-needed"
+        if self._api_key is None and not os.environ.get(self.key_env):
+            # Said here, once per request, instead of as each SDK's own exception (a TypeError in one).
+            raise ModelError(f"no API key for {self.name}: set {self.key_env}, or api_key_env / api_key_file "
+                             "in cluster.yaml's llm section", retriable=False)
         return self._api_key  # None: the SDK reads its own variable
 
     @property
