@@ -85,6 +85,18 @@ def test_a_hostile_model_writes_nothing_the_guard_and_the_investigation_do_not_a
 
 
 @pytest.mark.parametrize("provider", ["openai", "anthropic"])
+def test_a_model_that_follows_the_runbook_adds_no_forbidden_action_of_its_own(server, provider):
+    # The one scenario where the playbooks themselves take a forbidden action (a drain after a
+    # port flap that has since recovered): llm and auto may inherit it, never add to it.
+    sc_id = "holdout/b3a-slurm-single-port-flap-recovered"
+    scenario = load_scenario(SUITE / f"{sc_id}.yaml")
+    inherited = set(run_scenario(scenario, sc_id).violations)
+    for name in ("llm", "auto"):
+        _, r = run(sc_id, policy(server, provider, "runbook", name=name))
+        assert r.error is None and set(r.violations) <= inherited, (name, r.violations)
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
 def test_a_streamed_answer_is_put_back_together(server, provider):
     results = [run(s, policy(server, provider, "runbook", stream=True))[1] for s in SCENARIOS[1:4]]
     assert [(r.id, r.failures) for r in results if not r.passed] == []
