@@ -4,6 +4,7 @@ speaks both wire formats: a model that follows the runbook, and a hostile one.""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -150,6 +151,17 @@ def test_crashcart_eval_with_a_model_scores_like_the_playbook(server, model, tmp
     assert "0 forbidden actions, 0 errors" in out.stdout
     assert "the model, by family" in out.stdout and "tokens in" in out.stdout
     assert "Traceback" not in out.stdout + out.stderr
+
+
+def test_crashcart_eval_auto_lists_the_incidents_it_handed_to_the_model(server, tmp_path):
+    folder = SUITE / "capacity"
+    out = _cli("eval", str(folder), "--policy", "auto", "--model", "openai:runbook", server=server)
+    assert out.returncode == 0, out.stderr[-2000:]
+    questions = [p.stem for p in sorted(folder.glob("*.yaml")) if load_scenario(p).trigger.kind == "chat"]
+    handed = re.search(r"handed to the model \((\d+) of (\d+)\)", out.stdout)
+    assert questions and handed and len(questions) <= int(handed[1]) < int(handed[2])
+    listed = out.stdout[handed.start():]
+    assert all(q in listed for q in questions) and listed.count("person's question") == len(questions)
 
 
 def test_investigate_shows_the_model_turn_by_turn(server, tmp_path):
