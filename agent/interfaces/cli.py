@@ -371,6 +371,8 @@ def _live_turns(deps, console, trigger: dict, title: str):
 
     render_header(console, trigger, title)
     deps.policy = LiveTurns(deps.policy, console, _trim)
+    if hasattr(deps.policy.model, "on_text"):
+        deps.policy.model.stream = True  # so the words show as they come
     return deps.policy
 
 

@@ -51,11 +51,26 @@ class LiveTurns:
     def __getattr__(self, name: str) -> Any:
         return getattr(self.policy, name)
 
+    @property
+    def model(self) -> Any:
+        return getattr(getattr(self.policy, "llm", self.policy), "model", None)
+
     def step(self, state: dict[str, Any], now: Any, backend: str) -> tuple[list[Any], list[dict[str, Any]]]:
         self.show_results(state)
-        model = getattr(getattr(self.policy, "llm", self.policy), "model", None)
-        with self.console.status(Text(f"model turn {self.turns + 1}: waiting for {getattr(model, 'name', 'the model')}")):
-            calls, notes = self.policy.step(state, now, backend)
+        model, heard = self.model, []
+        head = f"model turn {self.turns + 1}: "
+        with self.console.status(Text(head + f"waiting for {getattr(model, 'name', 'the model')}")) as status:
+            def hear(piece: str) -> None:  # a streamed answer's words, as they arrive
+                heard.append(piece)
+                status.update(Text(head + "".join(heard)[-160:].replace("\n", " ")))
+
+            if hasattr(model, "on_text"):
+                model.on_text = hear
+            try:
+                calls, notes = self.policy.step(state, now, backend)
+            finally:
+                if hasattr(model, "on_text"):
+                    model.on_text = None
         for note in notes:
             if note.get("kind") == "decided":
                 _decided(self.console, note)

@@ -104,6 +104,16 @@ def test_a_streamed_answer_is_put_back_together(server, provider):
     assert all(r.model["tokens_in"] > 0 and r.model["tokens_out"] > 0 for r in results)
     _, r = run(SCENARIOS[2], policy(server, provider, "hostile", stream=True))
     assert not r.violations and any("LD_PRELOAD" in a.reason for a in r.actions if a.decision == "deny")
+    # The words of a streamed answer reach a live view piece by piece, as they arrive.
+    from crashcart.agent.policies.llm import ToolDef, make_model
+
+    base = server.openai_base_url if provider == "openai" else server.anthropic_base_url
+    model = make_model(f"{provider}:runbook", LLMSettings(base_url=base, stream=True))
+    pieces: list[str] = []
+    model.on_text = pieces.append
+    resp = model.request([{"role": "system", "content": "s"}, {"role": "user", "content": "Trigger: job_failed."}],
+                         [ToolDef("playbook_candidates", "the runbook", {"type": "object", "properties": {}})])
+    assert resp.text and "".join(pieces) == resp.text
 
 
 def test_the_responses_api_carries_the_same_conversation(server):

@@ -126,3 +126,22 @@ def test_investigate_prints_each_turn_and_its_results_before_the_next_request(sc
     assert second.index("-> get_logs(") < second.index("#2 get_logs: ") and "OutOfMemoryError" in second
     final = console.export_text()
     assert "model turn 2" in final and '-> conclude({"family": "memory"' in final and "concluded" in final
+
+
+def test_the_live_view_hears_a_streamed_answer_while_it_arrives(scenario):
+    heard: list[str] = []
+
+    class Streaming(ScriptedModel):
+        on_text = None
+
+        def request(self, *args, **kwargs):
+            assert self.on_text is not None  # the live view listens while the request is out
+            self.on_text("Reading the ")
+            heard.append("asked")
+            return super().request(*args, **kwargs)
+
+    model = Streaming([READS], conclusion=OWN)
+    console = Console(record=True, width=200)
+    run, _ = record(scenario, LiveTurns(LLMPolicy(model), console, _trim), IncidentStore(":memory:"))
+    assert heard == ["asked", "asked"] and model.on_text is None  # and it stops listening after
+    assert run.state["diagnosis"]["remedy"] == "escalate_user"

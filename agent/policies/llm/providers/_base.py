@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from typing import Any
 
 from crashcart.agent.policies.llm._messages import ModelError
@@ -18,6 +19,8 @@ class SDKModel:
         self.name = f"{self.provider}:{model}"
         self.model = model
         self.stream = stream
+        self.on_text: Callable[[str], None] | None = None
+        """Called with each piece of a streamed answer's text as it arrives (a live view)."""
         self._client = client
         self._base_url, self._api_key, self._timeout = base_url, api_key, timeout_s
 
