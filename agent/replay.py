@@ -38,6 +38,13 @@ def _actions(decisions: list[tuple[str, dict[str, Any], str]]) -> dict[str, str]
     return out
 
 
+def _last_decisions(decisions: list[Any]) -> list[tuple[str, dict[str, Any], str]]:
+    last: dict[str, tuple[str, dict[str, Any], str]] = {}
+    for d in decisions:
+        last[d.action_id] = (d.tool, d.args, d.decision)
+    return list(last.values())
+
+
 def _policy(store: IncidentStore, incident_id: str, policy_name: str) -> tuple[Any, str]:
     """An incident a model decided replays with that model's recorded turns, not the playbooks
     (and without asking the provider again); one the playbooks decided, with today's playbooks."""
@@ -75,11 +82,10 @@ def replay_incident(store: IncidentStore, incident_id: str, policy_name: str = "
     for key in COMPARED:
         if before.get(key) != after.get(key):
             result.differences.append(f"{key}: was {before.get(key)!r}, now {after.get(key)!r}")
-    last: dict[str, Any] = {}
-    for d in detail.decisions:
-        last[d.action_id] = (d.tool, d.args, d.decision)
-    was = _actions(list(last.values()))
-    now = _actions([(a["tool"], a["args"], a["decision"]) for a in run.state.get("actions") or []])
+    # Journal against journal: a write refused before the guard (a node the cluster does not
+    # have) is in neither, so it is not a difference.
+    was = _actions(_last_decisions(detail.decisions))
+    now = _actions(_last_decisions(scratch.get_incident(run.incident_id).decisions))
     for key in sorted(was.keys() | now.keys()):
         if was.get(key) != now.get(key):
             result.differences.append(f"action {key}: was {was.get(key) or 'not planned'}, now {now.get(key) or 'not planned'}")

@@ -147,8 +147,9 @@ def test_auto_keeps_the_playbooks_answer_and_says_who_decided(server):
 
 
 def _cli(*args: str, server) -> subprocess.CompletedProcess:
-    env = {**os.environ, "OPENAI_BASE_URL": server.openai_base_url, "ANTHROPIC_BASE_URL": server.anthropic_base_url,
-           "OPENAI_API_KEY": "sk-test", "ANTHROPIC_API_KEY": "sk-ant-test", "COLUMNS": "200"}
+    env = {**os.environ, "OPENAI_API_KEY": "sk-test", "ANTHROPIC_API_KEY": "sk-ant-test", "COLUMNS": "200"}
+    if server is not None:
+        env.update(OPENAI_BASE_URL=server.openai_base_url, ANTHROPIC_BASE_URL=server.anthropic_base_url)
     return subprocess.run([sys.executable, "-m", "crashcart.agent.interfaces.cli", *args], env=env,
                           capture_output=True, text=True, timeout=300)
 
@@ -182,6 +183,18 @@ def test_investigate_shows_the_model_turn_by_turn(server, tmp_path):
     text = out.stdout
     assert "model turn 1" in text and "admin alice APPROVED" in text and "unknown tool 'rm_rf_everything'" in text
     assert "decided by llm:openai:hostile" in text and "deny" in text
+    # Afterwards the store has the turns: `incidents show` prints them, and `replay` plays them
+    # back (with no server: nothing is asked of a model).
+    from crashcart.agent.store import IncidentStore
+
+    with IncidentStore(str(tmp_path / "incidents.duckdb")) as store:
+        (incident,) = store.list_incidents()
+    shown = _cli("incidents", "show", incident.id, "--state-dir", str(tmp_path), server=server)
+    assert shown.returncode == 0 and "the model's investigation" in shown.stdout, shown.stderr[-2000:]
+    assert "model turn 1 (openai:hostile" in shown.stdout and "unknown tool 'rm_rf_everything'" in shown.stdout
+    replayed = _cli("replay", incident.id, "--state-dir", str(tmp_path), server=None)
+    assert replayed.returncode == 0, replayed.stdout + replayed.stderr[-2000:]
+    assert "decides exactly as it did" in replayed.stdout and "replayed with llm (" in replayed.stdout
 
 
 def test_a_model_name_that_cannot_work_is_a_clear_error(server):
