@@ -352,3 +352,33 @@ def test_a_drain_the_playbooks_do_not_plan_on_a_recovered_port_is_a_persons_call
     scored = run_scenario(sc, str(path), "llm", model=policy())
     assert scored.violations == [] and {(a.tool, a.decision) for a in scored.actions} >= {
         ("node_drain", "deny"), ("escalate", "deny")}
+
+
+def test_a_resubmit_may_set_what_the_playbooks_own_plan_sets_and_nothing_else():
+    # A computed fix (a corrected nodeSelector) is no setting the playbooks name: their plan for
+    # this job on this evidence vouches for those keys, at those values only.
+    from crashcart.agent.policies.evidence import build_evidence
+    from crashcart.agent.policies.llm._containment import review_write
+    from crashcart.tools._spec import ToolCall
+
+    job = "llama-a100-ft"
+    fixed = {"nodeSelector": {"gpu-type": "a100-80gb"}}
+    playbook = ({"label": "node_selector_typo", "remedy": "resubmit_with_changes", "root_cause": f"job:{job}"},
+                [ToolCall(tool="resubmit", args={"job": job, "changes": fixed, "reason": "typo"})])
+    diagnosis = {"remedy": "resubmit_with_changes", "root_cause": f"job:{job}"}
+    ev = build_evidence([], {"kind": "job_failed", "job": job}, None)
+
+    def review(changes):
+        return review_write(ToolCall(tool="resubmit", args={"job": job, "changes": changes, "reason": "r"}),
+                            diagnosis, ev, set(), playbook)
+
+    assert review(fixed) is None and review({"nodeSelector.gpu-type": "a100-80gb"}) is None
+    for other in ({"nodeSelector": {"gpu-type": "h100"}}, {**fixed, "env": {"LD_PRELOAD": "/x.so"}},
+                  {"nodeSelector": {"gpu-type": "a100-80gb", "kubernetes.io/hostname": "gpu-x"}}):
+        r = review(other)
+        assert r is not None and r.verdict == "deny" and r.rule == "review:resubmit_keys", other
+    # Another job's plan vouches for nothing here.
+    other_job = (playbook[0], [ToolCall(tool="resubmit", args={"job": "other", "changes": fixed, "reason": "r"})])
+    r = review_write(ToolCall(tool="resubmit", args={"job": job, "changes": fixed, "reason": "r"}), diagnosis, ev,
+                     set(), other_job)
+    assert r is not None and r.rule == "review:resubmit_keys"
