@@ -59,7 +59,11 @@ class LiveTurns:
         self.show_results(state)
         model, heard = self.model, []
         head = f"model turn {self.turns + 1}: "
-        with self.console.status(Text(head + f"waiting for {getattr(model, 'name', 'the model')}")) as status:
+        # Under auto, the playbooks investigate until (and unless) they hand the incident over.
+        handed = getattr(self.policy, "name", "") != "auto" or any(
+            n.get("kind") == "decided" and n.get("by") == "llm" for n in state.get("policy_log") or [])
+        waiting = f"waiting for {getattr(model, 'name', 'the model')}" if handed else "the playbooks are reading"
+        with self.console.status(Text(head + waiting if handed else waiting)) as status:
             def hear(piece: str) -> None:  # a streamed answer's words, as they arrive
                 heard.append(piece)
                 status.update(Text(head + "".join(heard)[-160:].replace("\n", " ")))
