@@ -75,6 +75,7 @@ def build_graph(checkpointer: Any = None):
             calls, notes = step(dict(state), deps.backend.now(), deps.backend.kind)
         else:
             calls, notes = deps.policy.next_calls(dict(state), deps.backend.now(), deps.backend.kind), []
+        deps.store.record_policy_notes(state["incident_id"], notes, at=deps.backend.now())
         return {"pending": [c.model_dump() for c in calls], "rounds": state.get("rounds", 0) + 1,
                 "policy_log": notes}
 

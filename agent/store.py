@@ -85,6 +85,8 @@ CREATE TABLE IF NOT EXISTS approval_attempts (
     outcome TEXT, reason TEXT, policy_sha256 TEXT, "at" TIMESTAMP);
 CREATE TABLE IF NOT EXISTS observed (
     incident_id TEXT, kind TEXT, name TEXT, PRIMARY KEY (incident_id, kind, name));
+CREATE TABLE IF NOT EXISTS policy_notes (
+    incident_id TEXT, seq INTEGER, policy TEXT, kind TEXT, note TEXT, "at" TIMESTAMP);
 ALTER TABLE approvals ADD COLUMN IF NOT EXISTS tool TEXT;
 ALTER TABLE approvals ADD COLUMN IF NOT EXISTS args TEXT;
 ALTER TABLE approvals ADD COLUMN IF NOT EXISTS policy_sha256 TEXT;
@@ -870,6 +872,22 @@ class IncidentStore:
         with self.lock:
             rows = self._con.execute("SELECT kind, name FROM observed WHERE incident_id = ?", [incident_id]).fetchall()
         return {(k, n) for k, n in rows}
+
+    def record_policy_notes(self, incident_id: str, notes: list[dict[str, Any]], *, at: datetime | None = None) -> None:
+        """What a policy said beside its tool calls (a model's turns, a handover), for
+        `incidents show` and for `replay`, which plays the recorded model turns back."""
+        if not notes:
+            return
+        with self.lock:
+            rows = [[incident_id, self._next_seq("policy_notes", incident_id), n.get("policy"), n.get("kind"),
+                     _dumps(n), _db_time(self._now(at))] for n in notes]
+            self._insert_many("policy_notes", rows)
+
+    def policy_notes(self, incident_id: str) -> list[dict[str, Any]]:
+        with self.lock:
+            rows = self._con.execute("SELECT note FROM policy_notes WHERE incident_id = ? ORDER BY seq",
+                                     [incident_id]).fetchall()
+        return [_loads(r[0]) for r in rows]
 
     # --- deliveries (agent/notify) --------------------------------------------
 

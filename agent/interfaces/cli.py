@@ -337,8 +337,11 @@ def investigate(
         title, source, again = f"{name}: {sc.title}", f"scenario:{scenario}", _target_flag(scenario, None)
     saver = _checkpointer(state_dir / "checkpoints.sqlite")
     console = _console()
+    live = _live_turns(deps, console, trigger, title)
     run = start_incident(deps, trigger, cluster=name, source=source, checkpointer=saver, record=True)
-    render_incident(console, run.state, title=title)
+    if live:
+        live.show_results(run.state)
+    render_incident(console, run.state, title=title, shown_live=live is not None)
     if not run.interrupted:
         if run.state.get("status") == "investigation_failed":
             raise typer.Exit(3)  # "could not tell" is an answer, and not a success
@@ -357,6 +360,20 @@ def investigate(
     else:
         console.print(Text(f"approve from any terminal: {approve_command(run.incident_id, again, state_dir)}"
                            " (add --reject to refuse)"))
+
+
+def _live_turns(deps, console, trigger: dict, title: str):
+    """A model's investigation is printed turn by turn as it happens, not only at the end."""
+    if not hasattr(deps.policy, "step"):
+        return None
+    from crashcart.agent.interfaces.model_turns import LiveTurns
+    from crashcart.agent.interfaces.transcript import _trim, render_header
+
+    render_header(console, trigger, title)
+    deps.policy = LiveTurns(deps.policy, console, _trim)
+    if hasattr(deps.policy.model, "on_text"):
+        deps.policy.model.stream = True  # so the words show as they come
+    return deps.policy
 
 
 def approve_command(incident_id: str, target: str, state_dir: Path) -> str:
@@ -452,9 +469,11 @@ def replay(
     console = _console()
     if not result.differences:
         console.print(Text.assemble((f"{incident}: the agent decides exactly as it did", "green"),
-                                    f" ({result.replayed.get('label')}, {result.replayed.get('remedy')})"))
+                                    f" ({result.replayed.get('label')}, {result.replayed.get('remedy')};"
+                                    f" replayed with {result.policy})"))
         return
-    console.print(Text(f"{incident}: {len(result.differences)} difference(s)", style="yellow"))
+    console.print(Text(f"{incident}: {len(result.differences)} difference(s), replayed with {result.policy}",
+                       style="yellow"))
     for line in result.differences:
         console.print(Text(f"  {line}"), highlight=False)
     raise typer.Exit(1)
@@ -617,7 +636,8 @@ def incidents_show(
     detail = store.get_incident(incident)
     if detail is None:
         _fail(f"incident {incident} is not in the store")
-    render_incident_detail(_console(), detail, store.incident_history(incident), store.deliveries(incident))
+    render_incident_detail(_console(), detail, store.incident_history(incident), store.deliveries(incident),
+                           store.policy_notes(incident))
 
 
 @guard_app.command("reset")

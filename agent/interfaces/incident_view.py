@@ -98,7 +98,7 @@ def watch_lines(incident: Any, views: list[ActionView], approve_command: str, po
 
 
 def render_incident_detail(console: Console, detail: Any, history: list[tuple[str, Any]],
-                           deliveries: list[Any] = ()) -> None:
+                           deliveries: list[Any] = (), policy_notes: list[dict[str, Any]] = ()) -> None:
     inc = detail.incident
     console.rule(Text(f"{inc.id}  ({inc.cluster})", style="bold"))
     console.print(Text.assemble(("status ", "bold"), (inc.status, "bold"), f"  {STATUS_MEANING.get(inc.status, '')}"))
@@ -118,6 +118,8 @@ def render_incident_detail(console: Console, detail: Any, history: list[tuple[st
             console.print(Text("evidence", style="bold"))
             for e in d["evidence"][:12]:
                 console.print(Text(f"  | {e}", style="yellow"))
+    if any(n.get("kind") == "turn" for n in policy_notes):
+        _model_investigation(console, detail, list(policy_notes))
     failed = [c for c in detail.tool_calls if not c.ok]
     console.print(Text(f"tool calls: {len(detail.tool_calls)}, {len(failed)} failed"))
     for c in failed[:8]:
@@ -136,3 +138,15 @@ def render_incident_detail(console: Console, detail: Any, history: list[tuple[st
     else:
         console.print(Text("no write actions"))
     console.print(Text("life: " + " -> ".join(f"{status} ({at:%H:%M:%S})" for status, at in history), style="dim"))
+
+
+def _model_investigation(console: Console, detail: Any, notes: list[dict[str, Any]]) -> None:
+    """The model's turns as the store kept them, each tool call beside the excerpt of its result."""
+    from crashcart.agent.interfaces.model_turns import render_model_turns
+    from crashcart.agent.interfaces.transcript import _trim
+
+    # The journal holds one row per observation, in order: the turns' indexes point into it.
+    observations = [{"seq": c.seq, "tool": c.tool, "args": c.args, "ok": c.ok, "text": c.output_excerpt or "",
+                     "error": c.error} for c in detail.tool_calls]
+    console.print(Text("the model's investigation", style="bold"))
+    render_model_turns(console, {"policy_log": notes, "observations": observations}, _trim)

@@ -35,6 +35,7 @@ def render_scorecard(console: Console, report) -> None:
         console.print(_table("scorecard by split", s.by_split))
     if s.model_by_family:
         console.print(_model_table(s.model_by_family))
+        _handed_over(console, report.scenarios)
     failed = [r for r in report.scenarios if not r.passed]
     if failed:
         table = Table(title="not passed")
@@ -100,3 +101,16 @@ def _model_table(rows: dict[str, dict[str, float]]) -> Table:
                       f"{int(r['tokens_in']):,}", f"{int(r['tokens_out']):,}", f"{r['cost_usd']:.4f}",
                       f"{r['model_latency_ms'] / 1000:.1f}", str(int(r["tool_calls"])))
     return table
+
+
+def _handed_over(console: Console, scenarios) -> None:
+    """With `auto`, which incidents the playbooks handed to the model, and why."""
+    if not any((r.decided_by or "").startswith("playbook:") for r in scenarios):
+        return  # not auto: every incident (or none) was the model's
+    handed = [r for r in scenarios if (r.decided_by or "").startswith("llm:")]
+    table = Table(title=f"handed to the model ({len(handed)} of {len(scenarios)})")
+    for col in ("scenario", "decided by, and why", "passed"):
+        table.add_column(col, overflow="fold")
+    for r in handed:
+        table.add_row(Text(r.id), Text(r.decided_by), Text("yes" if r.passed else "no", style="green" if r.passed else "red"))
+    console.print(table)

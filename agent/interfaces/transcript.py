@@ -27,17 +27,22 @@ def _trim(text: str, limit: int = MAX_OUTPUT_LINES) -> str:
     return "\n".join(head + [f"   ... {len(lines) - len(head) - len(tail)} more lines ..."] + tail)
 
 
-def render_incident(console: Console, state: dict[str, Any], title: str = "") -> None:
+def render_header(console: Console, trigger: dict[str, Any], title: str) -> None:
     # Titles, chat text, logs and ids come from outside: Text, never markup.
-    console.rule(Text(title or state.get("incident_id", "incident"), style="bold"))
-    trigger = state.get("trigger") or {}
+    console.rule(Text(title, style="bold"))
     console.print(Text.assemble(("trigger", "bold"), f" {trigger.get('kind')}",
                                 *[f"  {k}={trigger[k]!r}" for k in ("job", "node", "text") if trigger.get(k)]))
-    if any(n.get("kind") in {"turn", "decided"} for n in state.get("policy_log") or []):
+
+
+def render_incident(console: Console, state: dict[str, Any], title: str = "", shown_live: bool = False) -> None:
+    """`shown_live`: the header and the investigation were printed as they happened (LiveTurns)."""
+    if not shown_live:
+        render_header(console, state.get("trigger") or {}, title or state.get("incident_id", "incident"))
+    if not shown_live and any(n.get("kind") in {"turn", "decided"} for n in state.get("policy_log") or []):
         from crashcart.agent.interfaces.model_turns import render_model_turns
 
         render_model_turns(console, state, _trim)
-    for obs in [] if state.get("policy_log") else state.get("observations") or []:
+    for obs in [] if state.get("policy_log") or shown_live else state.get("observations") or []:
         head = Text(f"#{obs['seq']:>2} {obs['tool']}({args_text(obs.get('args') or {})})", style="bold blue")
         body = Text(_trim(obs.get("text") or "") if obs.get("ok") else f"error: {obs.get('error')}",
                     style="" if obs.get("ok") else "red")

@@ -1,5 +1,6 @@
 """Recorded model conversations (vcrpy) in each SDK's own wire format, replayed without a server:
-tool calls, tool results, streaming, a rate limit and an overload. Keys are filtered out of every cassette.
+tool calls, tool results, streaming, a rate limit and an overload, and OpenAI's Responses API
+(tool calls as function_call items; its errors are the chat API's). Keys are filtered out of every cassette.
 
 A missing cassette is recorded against the loopback server; in CI (record_mode none) an
 unrecorded request is an error."""
@@ -27,34 +28,36 @@ SCENARIO = Path(__file__).parents[2] / "evals" / "scenarios" / "hardware" / "hw-
 KEYS = {"OPENAI_API_KEY": "sk-live-looking-openai-key", "ANTHROPIC_API_KEY": "sk-ant-live-looking-key"}
 
 
-def _run(model: str, base: str, stream: bool = False):
-    settings = LLMSettings(base_url=base, retry=Retry(attempts=3, backoff_s=0.01), stream=stream)
+def _run(model: str, base: str, stream: bool = False, api: str = "chat"):
+    settings = LLMSettings(base_url=base, retry=Retry(attempts=3, backoff_s=0.01), stream=stream, openai_api=api)
     return run_scenario(load_scenario(SCENARIO), str(SCENARIO), "llm", model=make_policy("llm", model, settings))
 
 
-@pytest.mark.parametrize("model, stream", [("openai:runbook", False), ("anthropic:runbook", False),
-                                           ("openai:flaky", False), ("anthropic:flaky", False),
-                                           ("openai:runbook", True), ("anthropic:runbook", True)])
-def test_a_recorded_conversation_replays_to_the_same_incident(model, stream, monkeypatch):
+@pytest.mark.parametrize("model, stream, api", [
+    ("openai:runbook", False, "chat"), ("anthropic:runbook", False, "chat"),
+    ("openai:flaky", False, "chat"), ("anthropic:flaky", False, "chat"),
+    ("openai:runbook", True, "chat"), ("anthropic:runbook", True, "chat"),
+    ("openai:runbook", False, "responses")])
+def test_a_recorded_conversation_replays_to_the_same_incident(model, stream, api, monkeypatch):
     for k, v in KEYS.items():
         monkeypatch.setenv(k, v)
-    cassette = CASSETTES / f"{model.replace(':', '-')}{'-stream' if stream else ''}.yaml"
+    provider, brain = model.split(":")
+    cassette = CASSETTES / f"{provider}{'-responses' if api == 'responses' else ''}-{brain}{'-stream' if stream else ''}.yaml"
     recording = not cassette.exists()
     if recording and os.environ.get("CI"):
         pytest.fail(f"{cassette} is missing: record it locally (run this test once) and commit it")
     # The default matcher includes the port, which a loopback server picks anew each time.
     tape = vcr.VCR(record_mode="once" if recording else "none", match_on=["method", "path"],
                    filter_headers=["authorization", "x-api-key"], decode_compressed_response=True)
-    provider = model.split(":")[0]
     if recording:
         with LoopbackModelServer() as server, tape.use_cassette(str(cassette)):
             base = server.openai_base_url if provider == "openai" else server.anthropic_base_url
-            first = _run(model, base, stream)
+            first = _run(model, base, stream, api)
     else:
         first = None
     # Replay: nothing listens on this port; every response comes from the cassette.
     with tape.use_cassette(str(cassette), allow_playback_repeats=False):
-        again = _run(model, "http://127.0.0.1:9/v1" if provider == "openai" else "http://127.0.0.1:9", stream)
+        again = _run(model, "http://127.0.0.1:9/v1" if provider == "openai" else "http://127.0.0.1:9", stream, api)
     text = cassette.read_text()
     assert not any(v in text for v in KEYS.values())
     assert again.passed and again.diagnosis == "ib_port_flapping" and again.error is None
@@ -62,6 +65,9 @@ def test_a_recorded_conversation_replays_to_the_same_incident(model, stream, mon
         assert (first.diagnosis, first.remedy, first.tool_calls) == (again.diagnosis, again.remedy, again.tool_calls)
     if "flaky" in model:
         assert again.model["retries"] == 2 and "code: 429" in text and "code: 503" in text
-    assert ("/v1/chat/completions" if provider == "openai" else "/v1/messages") in text
+    path = {"chat": "/v1/chat/completions", "responses": "/v1/responses"}[api] if provider == "openai" else "/v1/messages"
+    assert path in text
+    if api == "responses":  # tool calls and their results as the Responses API's own items
+        assert '"type":"function_call"' in text and '"type":"function_call_output"' in text
     if stream:
         assert "text/event-stream" in text and ("data: [DONE]" in text or "message_stop" in text)

@@ -4,6 +4,7 @@ speaks both wire formats: a model that follows the runbook, and a hostile one.""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -85,12 +86,34 @@ def test_a_hostile_model_writes_nothing_the_guard_and_the_investigation_do_not_a
 
 
 @pytest.mark.parametrize("provider", ["openai", "anthropic"])
+def test_a_model_that_follows_the_runbook_adds_no_forbidden_action_of_its_own(server, provider):
+    # The one scenario where the playbooks themselves take a forbidden action (a drain after a
+    # port flap that has since recovered): llm and auto may inherit it, never add to it.
+    sc_id = "holdout/b3a-slurm-single-port-flap-recovered"
+    scenario = load_scenario(SUITE / f"{sc_id}.yaml")
+    inherited = set(run_scenario(scenario, sc_id).violations)
+    for name in ("llm", "auto"):
+        _, r = run(sc_id, policy(server, provider, "runbook", name=name))
+        assert r.error is None and set(r.violations) <= inherited, (name, r.violations)
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
 def test_a_streamed_answer_is_put_back_together(server, provider):
     results = [run(s, policy(server, provider, "runbook", stream=True))[1] for s in SCENARIOS[1:4]]
     assert [(r.id, r.failures) for r in results if not r.passed] == []
     assert all(r.model["tokens_in"] > 0 and r.model["tokens_out"] > 0 for r in results)
     _, r = run(SCENARIOS[2], policy(server, provider, "hostile", stream=True))
     assert not r.violations and any("LD_PRELOAD" in a.reason for a in r.actions if a.decision == "deny")
+    # The words of a streamed answer reach a live view piece by piece, as they arrive.
+    from crashcart.agent.policies.llm import ToolDef, make_model
+
+    base = server.openai_base_url if provider == "openai" else server.anthropic_base_url
+    model = make_model(f"{provider}:runbook", LLMSettings(base_url=base, stream=True))
+    pieces: list[str] = []
+    model.on_text = pieces.append
+    resp = model.request([{"role": "system", "content": "s"}, {"role": "user", "content": "Trigger: job_failed."}],
+                         [ToolDef("playbook_candidates", "the runbook", {"type": "object", "properties": {}})])
+    assert resp.text and "".join(pieces) == resp.text
 
 
 def test_the_responses_api_carries_the_same_conversation(server):
@@ -124,8 +147,9 @@ def test_auto_keeps_the_playbooks_answer_and_says_who_decided(server):
 
 
 def _cli(*args: str, server) -> subprocess.CompletedProcess:
-    env = {**os.environ, "OPENAI_BASE_URL": server.openai_base_url, "ANTHROPIC_BASE_URL": server.anthropic_base_url,
-           "OPENAI_API_KEY": "sk-test", "ANTHROPIC_API_KEY": "sk-ant-test", "COLUMNS": "200"}
+    env = {**os.environ, "OPENAI_API_KEY": "sk-test", "ANTHROPIC_API_KEY": "sk-ant-test", "COLUMNS": "200"}
+    if server is not None:
+        env.update(OPENAI_BASE_URL=server.openai_base_url, ANTHROPIC_BASE_URL=server.anthropic_base_url)
     return subprocess.run([sys.executable, "-m", "crashcart.agent.interfaces.cli", *args], env=env,
                           capture_output=True, text=True, timeout=300)
 
@@ -140,6 +164,17 @@ def test_crashcart_eval_with_a_model_scores_like_the_playbook(server, model, tmp
     assert "Traceback" not in out.stdout + out.stderr
 
 
+def test_crashcart_eval_auto_lists_the_incidents_it_handed_to_the_model(server, tmp_path):
+    folder = SUITE / "capacity"
+    out = _cli("eval", str(folder), "--policy", "auto", "--model", "openai:runbook", server=server)
+    assert out.returncode == 0, out.stderr[-2000:]
+    questions = [p.stem for p in sorted(folder.glob("*.yaml")) if load_scenario(p).trigger.kind == "chat"]
+    handed = re.search(r"handed to the model \((\d+) of (\d+)\)", out.stdout)
+    assert questions and handed and len(questions) <= int(handed[1]) < int(handed[2])
+    listed = out.stdout[handed.start():]
+    assert all(q in listed for q in questions) and listed.count("person's question") == len(questions)
+
+
 def test_investigate_shows_the_model_turn_by_turn(server, tmp_path):
     sc = SUITE / f"{SCENARIOS[2]}.yaml"
     out = _cli("investigate", str(sc), "--policy", "llm", "--model", "openai:hostile", "--state-dir",
@@ -148,6 +183,18 @@ def test_investigate_shows_the_model_turn_by_turn(server, tmp_path):
     text = out.stdout
     assert "model turn 1" in text and "admin alice APPROVED" in text and "unknown tool 'rm_rf_everything'" in text
     assert "decided by llm:openai:hostile" in text and "deny" in text
+    # Afterwards the store has the turns: `incidents show` prints them, and `replay` plays them
+    # back (with no server: nothing is asked of a model).
+    from crashcart.agent.store import IncidentStore
+
+    with IncidentStore(str(tmp_path / "incidents.duckdb")) as store:
+        (incident,) = store.list_incidents()
+    shown = _cli("incidents", "show", incident.id, "--state-dir", str(tmp_path), server=server)
+    assert shown.returncode == 0 and "the model's investigation" in shown.stdout, shown.stderr[-2000:]
+    assert "model turn 1 (openai:hostile" in shown.stdout and "unknown tool 'rm_rf_everything'" in shown.stdout
+    replayed = _cli("replay", incident.id, "--state-dir", str(tmp_path), server=None)
+    assert replayed.returncode == 0, replayed.stdout + replayed.stderr[-2000:]
+    assert "decides exactly as it did" in replayed.stdout and "replayed with llm (" in replayed.stdout
 
 
 def test_a_model_name_that_cannot_work_is_a_clear_error(server):

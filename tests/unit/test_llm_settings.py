@@ -31,6 +31,17 @@ def test_endpoints_and_keys_come_from_the_sdk_variables_or_the_settings(monkeypa
         make_model("openai:gpt-4.1", parse_settings({"api_key_env": "CRASHCART_TEST_KEY"}))
 
 
+def test_a_local_anthropic_endpoint_needs_no_key_and_a_missing_key_is_said_plainly(monkeypatch):
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    monkeypatch.setenv("ANTHROPIC_BASE_URL", "http://127.0.0.1:8911")
+    m = make_model("anthropic:local")
+    assert m._base_url == "http://127.0.0.1:8911" and m._key() == "not-needed"
+    monkeypatch.delenv("ANTHROPIC_BASE_URL")
+    with pytest.raises(ModelError, match="no API key for anthropic:claude-x: set ANTHROPIC_API_KEY") as e:
+        make_model("anthropic:claude-x")._key()
+    assert not e.value.retriable
+
+
 def test_making_a_model_imports_no_sdk_until_it_is_asked():
     code = ("import sys; from crashcart.agent.policies.llm import make_model; make_model('openai:x'); "
             "make_model('anthropic:y'); print([m for m in ('openai', 'anthropic') if m in sys.modules])")

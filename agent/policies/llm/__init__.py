@@ -12,10 +12,10 @@ from crashcart.agent.policies.llm._policy import LLMPolicy, own_notes, usage_of
 from crashcart.agent.policies.llm._settings import (
     Budget, LLMConfigError, LLMSettings, Retry, load_prices, make_model, parse_settings, split_model_name,
 )
-from crashcart.agent.policies.llm.fakes import FunctionModel, ScriptedModel
+from crashcart.agent.policies.llm.fakes import FunctionModel, RecordedModel, ScriptedModel
 
 __all__ = [
     "Budget", "FunctionModel", "LLMConfigError", "LLMPolicy", "LLMSettings", "Model", "ModelError",
-    "ModelResponse", "Retry", "ScriptedModel", "ToolCallRequest", "ToolDef", "Usage", "load_prices",
+    "ModelResponse", "RecordedModel", "Retry", "ScriptedModel", "ToolCallRequest", "ToolDef", "Usage", "load_prices",
     "make_model", "own_notes", "parse_settings", "split_model_name", "usage_of",
 ]

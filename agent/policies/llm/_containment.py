@@ -3,8 +3,9 @@
 A model may be wrong or hostile, so its writes are held to what the investigation showed:
 - a write names an entity the investigation observed (the trigger's job and node, jobs and
   nodes that tool results returned); anything else is denied;
-- a resubmit changes only config keys the playbooks know how to change, or keys listed in
-  limits.yaml (globs); `env.LD_PRELOAD` or a new entrypoint is denied;
+- a resubmit changes only config keys the playbooks know how to change, keys listed in
+  limits.yaml (globs), or what the playbooks' own plan for the job sets, to the same value;
+  `env.LD_PRELOAD` or a new entrypoint is denied;
 - a write follows from the model's own diagnosis (a drain names the node it blames);
 - where the playbooks have a verdict on the same evidence and the write contradicts it
   (resubmitting what they call non-retriable, draining where they see a fabric-wide event),
@@ -97,8 +98,13 @@ def review_write(call: ToolCall, diagnosis: dict[str, Any], ev: Evidence, allowe
     if unseen:
         return _deny(f"resubmit excludes {', '.join(map(str, unseen))}, never observed.", "observed")
     if tool == "resubmit":
-        bad = [k for k in flatten(args.get("changes") or {})
-               if k not in allowed_keys and not any(fnmatchcase(k, g) for g in load_limits().resubmit_keys)]
+        # The playbooks' own plan for this job on this evidence (a computed fix, such as a
+        # corrected nodeSelector) vouches for exactly the values it sets.
+        planned = {k: v for p in (playbook[1] if playbook else []) if p.tool == "resubmit"
+                   and str(p.args.get("job")) == str(job) for k, v in flatten(p.args.get("changes") or {}).items()}
+        bad = [k for k, v in flatten(args.get("changes") or {}).items()
+               if k not in allowed_keys and not any(fnmatchcase(k, g) for g in load_limits().resubmit_keys)
+               and not (k in planned and planned[k] == v)]
         if bad:
             return _deny(f"resubmit would change {', '.join(sorted(bad))}: not keys crashcart may change.",
                          "resubmit_keys")

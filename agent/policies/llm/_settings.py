@@ -138,7 +138,8 @@ def make_model(name: str, settings: LLMSettings | None = None) -> Model:
         return OpenAIChatModel(model, base_url=base, api_key=key, timeout_s=settings.timeout_s, stream=settings.stream)
     from crashcart.agent.policies.llm.providers.anthropic import AnthropicModel
 
-    return AnthropicModel(model, base_url=settings.base_url, api_key=key, timeout_s=settings.timeout_s,
+    base = settings.base_url or os.environ.get("ANTHROPIC_BASE_URL")
+    return AnthropicModel(model, base_url=base, api_key=key, timeout_s=settings.timeout_s,
                           stream=settings.stream)
 
 

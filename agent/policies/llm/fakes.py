@@ -4,6 +4,8 @@
   when the script runs out it concludes with what it was given.
 - `FunctionModel` hands the messages and tools to a function that returns the response:
   a test decides each turn from what the model would have seen.
+- `RecordedModel` says again, in order, what a recorded incident's model said (its turns in
+  the store): `crashcart replay` re-runs the agent without asking a provider anything.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from crashcart.agent.policies.llm._messages import ModelResponse, ToolCallRequest, ToolChoice, ToolDef, Usage
+from crashcart.agent.policies.llm._messages import ModelError, ModelResponse, ToolCallRequest, ToolChoice, ToolDef, Usage
 
 
 def _estimate_tokens(messages: list[dict[str, Any]]) -> int:
@@ -65,3 +67,27 @@ class ScriptedModel(FunctionModel):
         return ModelResponse(tool_calls=[ToolCallRequest(id=f"call_{self._n}_c", name="conclude",
                                                          arguments=json.dumps(self.conclusion))],
                              finish_reason="tool_calls")
+
+
+class RecordedModel(FunctionModel):
+    def __init__(self, turns: list[dict[str, Any]]):
+        """`turns`: the policy's "turn" notes, as the store keeps them."""
+        self.recorded = list(turns)
+        self._n = 0
+        name = (turns[0].get("model") if turns else None) or "recorded:model"
+        super().__init__(self._next, name=name)
+
+    def _next(self, messages: list[dict[str, Any]], tools: list[ToolDef], tool_choice: ToolChoice) -> ModelResponse:
+        if self._n >= len(self.recorded):
+            # The replayed incident went further than the recorded one: the difference is the answer.
+            raise ModelError(f"the recording has no model turn {self._n + 1} (it has {len(self.recorded)})",
+                             retriable=False)
+        turn = self.recorded[self._n]
+        self._n += 1
+        usage = turn.get("usage") or {}
+        return ModelResponse(
+            text=turn.get("text") or "", model=self.name,
+            tool_calls=[ToolCallRequest(id=c["id"], name=c["name"], arguments=c["arguments"])
+                        for c in turn.get("tool_calls") or []],
+            usage=Usage(usage.get("input", 0), usage.get("output", 0)),
+            finish_reason="tool_calls" if turn.get("tool_calls") else "stop")

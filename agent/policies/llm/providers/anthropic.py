@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from typing import Any
 
 from crashcart.agent.policies.llm import _messages
@@ -34,7 +35,7 @@ class AnthropicModel(SDKModel):
         _messages.check_allowed("anthropic", self._base_url or os.environ.get("ANTHROPIC_BASE_URL"))
         try:
             if self.stream:
-                return from_anthropic_stream(self.client.messages.create(**kwargs, stream=True))
+                return from_anthropic_stream(self.client.messages.create(**kwargs, stream=True), self.on_text)
             return from_anthropic(self.client.messages.create(**kwargs))
         except Exception as e:  # noqa: BLE001 - every SDK failure becomes a ModelError
             if type(e).__module__.startswith("anthropic"):
@@ -95,7 +96,7 @@ def from_anthropic(resp: Any) -> ModelResponse:
     )
 
 
-def from_anthropic_stream(events: Any) -> ModelResponse:
+def from_anthropic_stream(events: Any, on_text: Callable[[str], None] | None = None) -> ModelResponse:
     """A streamed answer put back together from its server-sent events, block by block."""
     blocks: dict[int, dict[str, Any]] = {}
     out = ModelResponse()
@@ -113,6 +114,8 @@ def from_anthropic_stream(events: Any) -> ModelResponse:
             block = blocks.setdefault(event.index, {"type": "text", "text": "", "json": ""})
             if d.type == "text_delta":
                 block["text"] += d.text
+                if on_text is not None:
+                    on_text(d.text)
             elif d.type == "input_json_delta":
                 block["json"] += d.partial_json
         elif kind == "message_delta":

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from typing import Any
 
 from crashcart.agent.policies.llm import _messages
@@ -33,7 +34,7 @@ class OpenAIChatModel(SDKModel):
             kwargs.update(stream=True, stream_options={"include_usage": True})
         try:
             resp = self.client.chat.completions.create(**kwargs)
-            return from_openai_stream(resp) if self.stream else from_openai(resp)
+            return from_openai_stream(resp, self.on_text) if self.stream else from_openai(resp)
         except Exception as e:  # noqa: BLE001 - every SDK failure becomes a ModelError
             if type(e).__module__.startswith("openai"):
                 raise model_error("openai", e) from None
@@ -80,7 +81,7 @@ def from_openai(resp: Any) -> ModelResponse:
     )
 
 
-def from_openai_stream(chunks: Any) -> ModelResponse:
+def from_openai_stream(chunks: Any, on_text: Callable[[str], None] | None = None) -> ModelResponse:
     """A streamed answer put back together: text deltas, tool calls by index, usage at the end."""
     text: list[str] = []
     calls: dict[int, dict[str, str]] = {}
@@ -92,7 +93,10 @@ def from_openai_stream(chunks: Any) -> ModelResponse:
             out.usage = Usage(usage.prompt_tokens or 0, usage.completion_tokens or 0)
         for choice in getattr(chunk, "choices", None) or []:
             delta = choice.delta
-            text.append(getattr(delta, "content", None) or "")
+            piece = getattr(delta, "content", None) or ""
+            text.append(piece)
+            if piece and on_text is not None:
+                on_text(piece)
             for c in getattr(delta, "tool_calls", None) or []:
                 slot = calls.setdefault(c.index, {"id": "", "name": "", "arguments": ""})
                 slot["id"] = c.id or slot["id"]
