@@ -227,3 +227,67 @@ def pdb(name: str, namespace: str, match: dict[str, str], allowed: int = 0, heal
                        "conditions": [{"type": "DisruptionAllowed", "status": "True" if allowed else "False",
                                        "reason": "SufficientPods" if allowed else "InsufficientPods", "message": "",
                                        "lastTransitionTime": ts(ago(hours=2)), "observedGeneration": 1}]}}
+
+
+def owned_by(obj: dict[str, Any], owner: dict[str, Any]) -> dict[str, Any]:
+    """`obj` with the controller ownerReference its operator sets (owner as stored: with its uid)."""
+    obj["metadata"]["ownerReferences"] = [{"apiVersion": owner["apiVersion"], "kind": owner["kind"],
+                                           "name": owner["metadata"]["name"], "uid": owner["metadata"]["uid"],
+                                           "controller": True, "blockOwnerDeletion": True}]
+    return obj
+
+
+def failed_condition(reason: str, message: str, at: datetime) -> list[dict[str, Any]]:
+    """A Job's status conditions once its controller gave up (FailureTarget first, as 1.30 writes them)."""
+    return [{"type": "FailureTarget", "status": "True", "reason": reason, "message": message,
+             "lastProbeTime": ts(at), "lastTransitionTime": ts(at)},
+            {"type": "Failed", "status": "True", "reason": reason, "message": message,
+             "lastProbeTime": ts(at), "lastTransitionTime": ts(at)}]
+
+
+def jobset(name: str, namespace: str = "train", replicas: int = 2) -> dict[str, Any]:
+    c = container(name="trainer")
+    return {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+            "metadata": {"name": name, "namespace": namespace, "labels": {"user": "dana"}},
+            "spec": {"failurePolicy": {"maxRestarts": 0}, "network": {"enableDNSHostnames": True, "subdomain": name},
+                     "startupPolicy": {"startupPolicyOrder": "AnyOrder"}, "successPolicy": {"operator": "All"},
+                     "suspend": False,
+                     "replicatedJobs": [{"name": "workers", "replicas": replicas, "template": {"spec": {
+                         "backoffLimit": 0, "completions": 1, "parallelism": 1,
+                         "template": {"spec": {k: v for k, v in pod_spec(None, c).items()}}}}}]},
+            "status": {"replicatedJobsStatus": [{"name": "workers", "active": replicas, "ready": replicas,
+                                                 "succeeded": 0, "failed": 0, "suspended": 0}], "restarts": 0}}
+
+
+def rayjob(name: str, namespace: str = "train", entrypoint: str = "python /home/ray/train.py --epochs=3") -> dict[str, Any]:
+    head = container(name="ray-head", image="rayproject/ray:2.40.0-py310-gpu", command=["/bin/bash", "-lc", "--"],
+                     args=["ulimit -n 65536; ray start --head --dashboard-host=0.0.0.0 --block"], gpus=0, memory="16Gi")
+    worker = container(name="ray-worker", image="rayproject/ray:2.40.0-py310-gpu", command=["/bin/bash", "-lc", "--"],
+                       args=["ulimit -n 65536; ray start --address=$RAY_IP:6379 --block"])
+    return {"apiVersion": "ray.io/v1", "kind": "RayJob",
+            "metadata": {"name": name, "namespace": namespace, "labels": {"user": "dana"}},
+            "spec": {"entrypoint": entrypoint, "shutdownAfterJobFinishes": True, "ttlSecondsAfterFinished": 60,
+                     "submissionMode": "K8sJobMode", "backoffLimit": 0,
+                     "rayClusterSpec": {"rayVersion": "2.40.0",
+                                        "headGroupSpec": {"rayStartParams": {"dashboard-host": "0.0.0.0"},
+                                                          "template": {"spec": pod_spec(None, head, restart="Always")}},
+                                        "workerGroupSpecs": [{"groupName": "gpu", "replicas": 2, "minReplicas": 2, "maxReplicas": 2,
+                                                              "rayStartParams": {},
+                                                              "template": {"spec": pod_spec(None, worker, restart="Always")}}]}},
+            "status": {"jobDeploymentStatus": "Running", "jobStatus": "RUNNING", "jobId": f"{name}-x7k2p",
+                       "rayClusterName": f"{name}-raycluster-m4q8z",
+                       "dashboardURL": f"{name}-raycluster-m4q8z-head-svc.{namespace}.svc.cluster.local:8265",
+                       "startTime": ts(ago(minutes=20)), "observedGeneration": 1}}
+
+
+def raycluster_of(rj: dict[str, Any]) -> dict[str, Any]:
+    """The RayCluster a RayJob's operator created for it (owned by the RayJob)."""
+    m = rj["metadata"]
+    rc = {"apiVersion": "ray.io/v1", "kind": "RayCluster",
+          "metadata": {"name": rj["status"]["rayClusterName"], "namespace": m["namespace"],
+                       "labels": {"ray.io/originated-from-crd": "RayJob", "ray.io/originated-from-cr-name": m["name"],
+                                  "app.kubernetes.io/created-by": "kuberay-operator"}},
+          "spec": rj["spec"]["rayClusterSpec"],
+          "status": {"state": "ready", "readyWorkerReplicas": 2, "availableWorkerReplicas": 2, "desiredWorkerReplicas": 2,
+                     "desiredGPU": "16", "head": {"podName": f"{rj['status']['rayClusterName']}-head-9bf4c"}}}
+    return owned_by(rc, rj)

@@ -222,7 +222,11 @@ class KubernetesBackend(LiveBackend):
 
     def read_log(self, s: Subject, previous: bool = False, since: datetime | None = None) -> list[str]:
         if s.pod is None:
-            raise ToolError(f"{s.kind.kind if s.kind else 'workload'} {parse.meta(s.workload)['name']} has no pod yet, so no log")
+            what = f"{s.kind.kind if s.kind else 'workload'} {parse.meta(s.workload)['name']}"
+            if why := parse.workload_failure(s.workload):
+                raise ToolError(f"{what} failed ({why[0]}: {why[1]}) and has no pod left, so no log; "
+                                "its status and events say why (kubectl_describe)")
+            raise ToolError(f"{what} has no pod yet, so no log")
         m = parse.meta(s.pod)
         since_seconds = max(1, int((self.now() - render.aware(since)).total_seconds())) if since else None
         text = self.api.log(m["namespace"], m["name"], parse.main_container(s.pod).get("name"), previous=previous,

@@ -206,6 +206,12 @@ class Api:
                 raise
             raise ToolError(f"the Kubernetes API server cannot be reached for {what}: {e}") from None
 
+    def groups(self, refresh: bool = False) -> set[str]:
+        """The API groups this cluster serves (one GET /apis; `refresh` asks again)."""
+        found = self._dynamic_call(lambda: self.dynamic.resources.parse_api_groups(request_resources=False, update=refresh),
+                                   "API discovery (/apis)")
+        return set(found.get("apis") or {})
+
     def served(self, kind: Kind) -> Kind:
         """`kind` as this cluster serves it (discovery's preferred version of its group), or
         Absent when its CRD is not installed. Built-in kinds are served as declared."""
@@ -227,6 +233,9 @@ class Api:
         self.absent.pop(key, None)
         best = next((r for r in found if r.preferred), found[0])
         return Kind(kind.group, best.api_version, best.name, kind.kind, bool(best.namespaced))
+
+    def absent_expired(self, key: str) -> bool:
+        return time.monotonic() - self.absent.get(key, 0.0) >= REDISCOVER_SECONDS
 
     def _dynamic_read(self, kind: Kind, namespace: str | None, name: str | None = None,
                       labels: str | None = None, fields: str | None = None) -> dict[str, Any]:
@@ -288,7 +297,7 @@ class Api:
         """A training operator's objects, or nothing when its CRD is not installed (found so
         within REDISCOVER_SECONDS: a watch poll does not rediscover every time)."""
         key = f"{kind.plural}.{kind.group}"
-        if key in self.absent and time.monotonic() - self.absent[key] < REDISCOVER_SECONDS:
+        if key in self.absent and not self.absent_expired(key):
             return []
         try:
             return self.list(kind, namespace, labels)[0]
