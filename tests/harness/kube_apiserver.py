@@ -88,6 +88,7 @@ CRDS = {
     "vcjobs": Resource("batch.volcano.sh", "v1alpha1", "jobs", "Job", True, _META),
     "workloads": Resource("kueue.x-k8s.io", "v1beta1", "workloads", "Workload", True, _META),
     "clusterqueues": Resource("kueue.x-k8s.io", "v1beta1", "clusterqueues", "ClusterQueue", False, _META),
+    "localqueues": Resource("kueue.x-k8s.io", "v1beta1", "localqueues", "LocalQueue", True, _META),
 }
 VERSION = {"major": "1", "minor": "30", "gitVersion": "v1.30.4", "gitCommit": "a51b3b711150f57ffc1f526a640ec058514f2451",
            "gitTreeState": "clean", "buildDate": "2024-08-14T19:02:46Z", "goVersion": "go1.22.5",

@@ -291,3 +291,66 @@ def raycluster_of(rj: dict[str, Any]) -> dict[str, Any]:
           "status": {"state": "ready", "readyWorkerReplicas": 2, "availableWorkerReplicas": 2, "desiredWorkerReplicas": 2,
                      "desiredGPU": "16", "head": {"podName": f"{rj['status']['rayClusterName']}-head-9bf4c"}}}
     return owned_by(rc, rj)
+
+
+# --- Kueue ----------------------------------------------------------------------------------------
+
+
+def clusterqueue(name: str, gpus: int = 64, reserved: int = 64, used: int = 64, pending: int = 1,
+                 admitted: int = 8) -> dict[str, Any]:
+    res = lambda gpu, cpu: [{"name": "cpu", "total": cpu, "borrowed": "0"}, {"name": "memory", "total": f"{gpu * 8}Gi", "borrowed": "0"},  # noqa: E731
+                            {"name": "nvidia.com/gpu", "total": str(gpu), "borrowed": "0"}]
+    return {"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "ClusterQueue",
+            "metadata": {"name": name, "finalizers": ["kueue.x-k8s.io/resource-in-use"], "generation": 1},
+            "spec": {"cohort": "research", "flavorFungibility": {"whenCanBorrow": "Borrow", "whenCanPreempt": "TryNextFlavor"},
+                     "namespaceSelector": {}, "queueingStrategy": "BestEffortFIFO", "stopPolicy": "None",
+                     "preemption": {"borrowWithinCohort": {"policy": "Never"}, "reclaimWithinCohort": "Never",
+                                    "withinClusterQueue": "Never"},
+                     "resourceGroups": [{"coveredResources": ["cpu", "memory", "nvidia.com/gpu"], "flavors": [
+                         {"name": "h100", "resources": [{"name": "cpu", "nominalQuota": "1536"},
+                                                        {"name": "memory", "nominalQuota": "16Ti"},
+                                                        {"name": "nvidia.com/gpu", "nominalQuota": str(gpus)}]}]}]},
+            "status": {"admittedWorkloads": admitted, "pendingWorkloads": pending, "reservingWorkloads": admitted,
+                       "flavorsReservation": [{"name": "h100", "resources": res(reserved, str(reserved * 4))}],
+                       "flavorsUsage": [{"name": "h100", "resources": res(used, str(used * 4))}],
+                       "conditions": [{"type": "Active", "status": "True", "reason": "Ready", "message": "Can admit new workloads",
+                                       "lastTransitionTime": ts(ago(days=3)), "observedGeneration": 1}]}}
+
+
+def localqueue(name: str, namespace: str, cq: str) -> dict[str, Any]:
+    return {"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "LocalQueue",
+            "metadata": {"name": name, "namespace": namespace}, "spec": {"clusterQueue": cq, "stopPolicy": "None"},
+            "status": {"admittedWorkloads": 2, "pendingWorkloads": 1, "reservingWorkloads": 2,
+                       "conditions": [{"type": "Active", "status": "True", "reason": "Ready", "message": "Can submit new workloads to localQueue",
+                                       "lastTransitionTime": ts(ago(days=3)), "observedGeneration": 1}]}}
+
+
+def kueue_workload(job_obj: dict[str, Any], queue: str, *, pending: str | None = None,
+                   admitted_to: str | None = None, at: datetime | None = None) -> dict[str, Any]:
+    """The Workload Kueue creates for a job it manages, pending (QuotaReserved False with the
+    flavor assigner's message) or admitted to a ClusterQueue."""
+    at = at or ago(minutes=12)
+    m = job_obj["metadata"]
+    tmpl = job_obj["spec"]["template"]
+    c = tmpl["spec"]["containers"][0]
+    requests = dict(c["resources"]["requests"])
+    wl: dict[str, Any] = {
+        "apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "Workload",
+        "metadata": {"name": f"job-{m['name']}-{m['uid'][:5]}", "namespace": m["namespace"],
+                     "labels": {"kueue.x-k8s.io/job-uid": m["uid"]}, "finalizers": ["kueue.x-k8s.io/resource-in-use"]},
+        "spec": {"active": True, "priority": 0, "priorityClassSource": "", "queueName": queue,
+                 "podSets": [{"count": 1, "name": "main", "template": tmpl}]},
+        "status": {"resourceRequests": [{"name": "main", "resources": requests}]}}
+    if pending:
+        wl["status"]["conditions"] = [{"type": "QuotaReserved", "status": "False", "reason": "Pending", "message": pending,
+                                       "lastTransitionTime": ts(at), "observedGeneration": 1}]
+    if admitted_to:
+        wl["status"]["admission"] = {"clusterQueue": admitted_to, "podSetAssignments": [
+            {"name": "main", "count": 1, "flavors": {"cpu": "h100", "memory": "h100", "nvidia.com/gpu": "h100"},
+             "resourceUsage": requests}]}
+        wl["status"]["conditions"] = [
+            {"type": "QuotaReserved", "status": "True", "reason": "QuotaReserved", "message": f"Quota reserved in ClusterQueue {admitted_to}",
+             "lastTransitionTime": ts(at), "observedGeneration": 1},
+            {"type": "Admitted", "status": "True", "reason": "Admitted", "message": "The workload is admitted",
+             "lastTransitionTime": ts(at), "observedGeneration": 1}]
+    return owned_by(wl, job_obj)

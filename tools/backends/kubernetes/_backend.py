@@ -19,13 +19,16 @@ import yaml
 from crashcart.tools import render
 from crashcart.tools._spec import ToolError
 from crashcart.tools.backends.base import LiveBackend, ClusterChanges
+from crashcart.tools.backends.kubernetes import _kueue as kueue
 from crashcart.tools.backends.kubernetes import _parse as parse
-from crashcart.tools.backends.kubernetes._client import EVENT, JOB, NODE, POD, WORKLOADS, Absent, Api, Kind, NotFound
+from crashcart.tools.backends.kubernetes._client import (
+    EVENT, JOB, LOCALQUEUE, NODE, POD, WORKLOADS, Absent, Api, Kind, NotFound,
+)
 from crashcart.tools.backends.kubernetes._config import KubernetesSettings
 from crashcart.tools.backends.slurm._jobfiles import JobFiles
 from crashcart.tools.catalog import (
     ConfigOutput, DescribeInput, DescribeOutput, EventsInput, EventsOutput, GpuOutput, HistoryInput, JobInput,
-    JobsOutput, ListJobsInput, LogOutput, LogsInput, MetricsInput, NodeInput, NodeLogInput, NodeLogOutput,
+    JobRow, JobsOutput, ListJobsInput, LogOutput, LogsInput, MetricsInput, NodeInput, NodeLogInput, NodeLogOutput,
     NodesOutput, ProgressOutput, SinfoInput,
 )
 from crashcart.tools.cluster import Job, Node
@@ -305,6 +308,8 @@ class KubernetesBackend(LiveBackend):
                 raise ToolError(f'pods "{a.name}" not found' + (f' in namespace "{a.namespace}"' if a.namespace else ""))
             job = self.pod_as_job(s.pod, s.workload)
             lines = render.describe_pod_lines(job, self.events_about("Pod", a.name, s.namespace), now)
+        elif a.kind in ("workload", "clusterqueue"):
+            return self._describe_kueue(a)
         else:
             kind = JOB if a.kind == "job" else WORKLOADS[a.kind]
             try:
@@ -322,8 +327,76 @@ class KubernetesBackend(LiveBackend):
                 job = job.model_copy(update={"nodes": sorted({p["spec"]["nodeName"] for p in self.pods_of(obj)
                                                                if (p.get("spec") or {}).get("nodeName")})})
             lines = render.describe_resource_lines(a.kind, job, self.events_about(kind.kind, a.name, job.partition), now)
+            if queued := kueue.workload_of(self.api.list_if_served(WORKLOADS["workload"], job.partition), obj):
+                # Kueue holds the job (suspended) until its Workload is admitted: its reason goes first.
+                lines = kueue.workload_summary(queued) + lines
         text, truncated = self._bounded(lines)
         return DescribeOutput(kind=a.kind, name=a.name, text=text, truncated=truncated, job=parse.job_row(job))
+
+    def _describe_kueue(self, a: DescribeInput) -> DescribeOutput:
+        kind = WORKLOADS[a.kind]
+        try:
+            if a.kind == "clusterqueue":
+                obj = self._clusterqueue(a.name)
+                summary = kueue.clusterqueue_summary(obj)
+                events = self.events_about("ClusterQueue", a.name, NODE_EVENTS)
+            else:
+                obj = self._kueue_workload(a.name, a.namespace)
+                summary = kueue.workload_summary(obj) + self._queue_of(obj)
+                events = self.events_about("Workload", parse.meta(obj)["name"], parse.meta(obj).get("namespace"))
+        except Absent:
+            raise ToolError(f"Kueue is not installed on this cluster (discovery lists no {kind.plural}.{kind.group}); "
+                            "describe the job or its pods instead") from None
+        lines = summary + render.describe_object_lines(obj, events, self.now())
+        text, truncated = self._bounded(lines)
+        row = None
+        if a.kind == "workload":
+            state, reason, _ = kueue.workload_state(obj)
+            m = parse.meta(obj)
+            row = JobRow(job=m["name"], name=(parse.owner(obj) or {}).get("name"), partition=m.get("namespace"),
+                         state=state, reason=reason, submit_time=parse.when(m.get("creationTimestamp")))
+        return DescribeOutput(kind=a.kind, name=a.name, text=text, truncated=truncated, job=row)
+
+    def _clusterqueue(self, name: str) -> dict[str, Any]:
+        kind = WORKLOADS["clusterqueue"]
+        try:
+            return self.api.get(kind, None, name)
+        except NotFound:
+            known = [parse.meta(q)["name"] for q in self.api.list(kind)[0]]
+            raise ToolError(f'clusterqueues.kueue.x-k8s.io "{name}" not found (known: {_known(known)})') from None
+
+    def _kueue_workload(self, name: str, namespace: str | None) -> dict[str, Any]:
+        """A Workload by its own name, or the one queuing the job of that name."""
+        kind = WORKLOADS["workload"]
+        found = self.api.list(kind, namespace, fields=f"metadata.name={name}")[0]
+        if not found:
+            found = [w for w in self.api.list(kind, namespace)[0]
+                     if any(r.get("name") == name for r in parse.meta(w).get("ownerReferences") or [])]
+        if not found:
+            raise ToolError(f'workloads.kueue.x-k8s.io "{name}" not found, nor a Workload queuing a job of that name'
+                            + (f' in namespace "{namespace}"' if namespace else ""))
+        if len(found) > 1:
+            where = ", ".join(f"{parse.meta(w).get('namespace')}/{parse.meta(w)['name']}" for w in found)
+            raise ToolError(f"{name!r} names several Kueue Workloads ({where}); say which with namespace")
+        return found[0]
+
+    def _queue_of(self, wl: dict[str, Any]) -> list[str]:
+        """The quota a Workload waits for or holds: its ClusterQueue's (through its LocalQueue when not yet admitted)."""
+        cq = ((wl.get("status") or {}).get("admission") or {}).get("clusterQueue")
+        if not cq and (lq := (wl.get("spec") or {}).get("queueName")):
+            try:
+                cq = (self.api.get(LOCALQUEUE, parse.meta(wl).get("namespace"), lq).get("spec") or {}).get("clusterQueue")
+            except NotFound:
+                return [f"[crashcart: LocalQueue {lq} does not exist in namespace {parse.meta(wl).get('namespace')}: "
+                        "Kueue cannot admit a workload sent to it]"]
+            except Absent:
+                return []
+        if not cq:
+            return []
+        try:
+            return kueue.clusterqueue_summary(self.api.get(WORKLOADS["clusterqueue"], None, cq))
+        except NotFound:
+            return [f"[crashcart: ClusterQueue {cq} does not exist]"]
 
     def _tool_kubectl_events(self, a: EventsInput) -> EventsOutput:
         fields = ["type=Warning"] if a.warnings_only else []

@@ -55,6 +55,7 @@ WORKLOADS = {
     "workload": Kind("kueue.x-k8s.io", "v1beta1", "workloads", "Workload"),
     "clusterqueue": Kind("kueue.x-k8s.io", "v1beta1", "clusterqueues", "ClusterQueue", namespaced=False),
 }
+LOCALQUEUE = Kind("kueue.x-k8s.io", "v1beta1", "localqueues", "LocalQueue")
 BY_KIND = {(k.api_version, k.kind): k for k in [POD, NODE, EVENT, JOB, PDB, *WORKLOADS.values()]}
 BUILTIN = {POD, NODE, EVENT, JOB, PDB}
 REDISCOVER_SECONDS = 600
