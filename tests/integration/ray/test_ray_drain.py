@@ -12,45 +12,14 @@ Ray refuses multi-node clusters, and with 1 it binds the machine's external addr
 from __future__ import annotations
 
 import shutil
-import sys
 import tempfile
 from pathlib import Path
 
 import pytest
-from raylab import RayLab
+from raylab import RayLab, kubernetes_settings
 
 from crashcart.tools import REGISTRY, ToolCall, ToolError
 from crashcart.tools.backends.base import acting_for
-
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "kubernetes"))
-
-
-@pytest.fixture
-def kuberay(tmp_path):
-    """A loopback API server with one GPU node running a KubeRay head pod at 127.0.0.1."""
-    from kube_apiserver import KubeApiServer
-    from kubeseed import node, pod
-
-    server = KubeApiServer().start()
-    store = server.store
-    store.create(store.resource_of("v1", "Node"), None, node("gpu-a01"))
-    head = pod("raycluster-train-head-7xk2p", namespace="ray", node_name="gpu-a01",
-               labels={"ray.io/is-ray-node": "yes", "ray.io/node-type": "head", "ray.io/cluster": "raycluster-train"})
-    head["status"].update(podIP="127.0.0.1", podIPs=[{"ip": "127.0.0.1"}])
-    store.create(store.resource_of("v1", "Pod"), "ray", head)
-    kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(f"""apiVersion: v1
-kind: Config
-clusters: [{{name: loopback, cluster: {{server: "{server.url}"}}}}]
-contexts: [{{name: loopback, context: {{cluster: loopback, user: crashcart}}}}]
-current-context: loopback
-users: [{{name: crashcart, user: {{}}}}]
-""")
-    try:
-        yield server, {"connection": {"kubeconfig": str(kubeconfig), "context": "loopback"}}
-    finally:
-        server.stop()
 
 
 @pytest.fixture(scope="module")
@@ -107,9 +76,3 @@ def test_drain_a_node_through_the_gcs_and_cordon_its_kubernetes_node(own_head: R
         backend.run(REGISTRY.get("node_resume"), {"node": node, "reason": "fixed"})
     with pytest.raises(ToolError, match="is not in this Ray cluster"):
         backend.run(REGISTRY.get("node_drain"), {"node": "gpu-b07", "reason": "typo"})
-
-
-def kubernetes_settings(data):
-    from crashcart.tools.backends.kubernetes import KubernetesSettings
-
-    return KubernetesSettings.model_validate(data)
