@@ -22,6 +22,9 @@ backend under test talks to it through the official `kubernetes` client and noth
 - discovery as `kubectl api-resources` and the dynamic client read it: /api, /apis (an
   APIGroupList naming each group's preferred version) and /api/v1, /apis/GROUP/VERSION (an
   APIResourceList with verbs and subresources); a group with no installed CRD is absent;
+- `pods/NAME:PORT/proxy/PATH` relays a GET to a real HTTP server registered for that pod and
+  port (`Store.proxies`), as the API server relays to the pod's IP; with none, the 503 a
+  refused connection gives;
 - merge and strategic-merge patches (no list-merge keys: what crashcart patches are maps
   and scalars) and JSON patches; a JSON-patch content type with an object body is refused
   the way the real server refuses it.
@@ -243,6 +246,8 @@ class Store:
         self.history = history
         self.resources = {r.plural if not r.group else f"{r.group}/{r.plural}": r for r in BUILTIN}
         self.logs: dict[tuple[str, str, str, bool], list[tuple[datetime, str]]] = {}
+        self.proxies: dict[tuple[str, str, int], str] = {}
+        """(namespace, pod, port) -> the base URL of a real HTTP server standing in for that pod's port."""
         self.exec: dict[tuple[str, str], Any] = {}
         """(namespace, pod) -> fn(command: list[str]) -> (stdout, stderr, exit code), for pods/exec."""
         self.requests: list[tuple[str, str, dict[str, list[str]], Any]] = []
@@ -412,6 +417,8 @@ class Store:
 _PATH = re.compile(r"^/(?:api/(?P<cv>v1)|apis/(?P<group>[^/]+)/(?P<gv>[^/]+))"
                    r"(?:/namespaces/(?P<ns>[^/]+))?/(?P<plural>[^/]+)(?:/(?P<name>[^/]+))?(?:/(?P<sub>[^/]+))?$")
 
+_PROXY = re.compile(r"/api/v1/namespaces/(?P<ns>[^/]+)/pods/(?P<name>[^/:]+)(?::(?P<port>\d+))?/proxy(?P<rest>/.*)?")
+
 
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
@@ -458,6 +465,8 @@ class Handler(BaseHTTPRequestHandler):
                 return self._send(200, store.api_groups())
             if d := re.fullmatch(r"/api/(v1)|/apis/([^/]+)/([^/]+)", url.path.rstrip("/")):
                 return self._send(200, store.api_resources(d[2] or "", d[1] or d[3]))
+            if p := _PROXY.fullmatch(url.path):
+                return self._proxy(p["ns"], p["name"], int(p["port"] or 80), p["rest"] or "/", url.query)
             m = _PATH.match(url.path)
             if not m:
                 raise ApiError(status(404, "NotFound", "the server could not find the requested resource", {}))
@@ -631,6 +640,27 @@ class Handler(BaseHTTPRequestHandler):
         stamps = q.get("timestamps", "").lower() == "true"
         text = "".join((f"{t.strftime('%Y-%m-%dT%H:%M:%S.%fZ')} " if stamps else "") + l + "\n" for t, l in lines)
         self._send(200, text, "text/plain")
+
+    def _proxy(self, ns: str, name: str, port: int, rest: str, query: str) -> None:
+        import urllib.error
+        import urllib.request
+
+        store = self.server.store
+        pod = store.get(store.resources["pods"], ns, name)
+        base = store.proxies.get((ns, name, port))
+        ip = (pod.get("status") or {}).get("podIP") or "<none>"
+        refused = ApiError(status(503, "ServiceUnavailable",
+                                  f"error trying to reach service: dial tcp {ip}:{port}: connect: connection refused"))
+        if base is None:
+            raise refused
+        try:
+            with urllib.request.urlopen(base.rstrip("/") + rest + (f"?{query}" if query else ""), timeout=10) as r:
+                body, ctype, code = r.read(), r.headers.get("Content-Type") or "text/plain", r.status
+        except urllib.error.HTTPError as e:
+            body, ctype, code = e.read(), e.headers.get("Content-Type") or "text/plain", e.code
+        except OSError:
+            raise refused from None
+        self._send(code, body, ctype)
 
     def _exec(self, ns: str, name: str, query: dict[str, list[str]]) -> None:
         store = self.server.store

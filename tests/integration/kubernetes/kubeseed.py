@@ -354,3 +354,75 @@ def kueue_workload(job_obj: dict[str, Any], queue: str, *, pending: str | None =
             {"type": "Admitted", "status": "True", "reason": "Admitted", "message": "The workload is admitted",
              "lastTransitionTime": ts(at), "observedGeneration": 1}]
     return owned_by(wl, job_obj)
+
+
+# --- the DCGM exporter ------------------------------------------------------------------------------
+
+_DCGM_FIELDS = [
+    # (field, type, help) as dcgm-exporter 3.3 prints them with its default counters
+    ("DCGM_FI_DEV_SM_CLOCK", "gauge", "SM clock frequency (in MHz)."),
+    ("DCGM_FI_DEV_MEM_CLOCK", "gauge", "Memory clock frequency (in MHz)."),
+    ("DCGM_FI_DEV_MEMORY_TEMP", "gauge", "Memory temperature (in C)."),
+    ("DCGM_FI_DEV_GPU_TEMP", "gauge", "GPU temperature (in C)."),
+    ("DCGM_FI_DEV_POWER_USAGE", "gauge", "Power draw (in W)."),
+    ("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "counter", "Total energy consumption since boot (in mJ)."),
+    ("DCGM_FI_DEV_PCIE_REPLAY_COUNTER", "counter", "Total number of PCIe retries."),
+    ("DCGM_FI_DEV_GPU_UTIL", "gauge", "GPU utilization (in %)."),
+    ("DCGM_FI_DEV_MEM_COPY_UTIL", "gauge", "Memory utilization (in %)."),
+    ("DCGM_FI_DEV_ENC_UTIL", "gauge", "Encoder utilization (in %)."),
+    ("DCGM_FI_DEV_DEC_UTIL", "gauge", "Decoder utilization (in %)."),
+    ("DCGM_FI_DEV_XID_ERRORS", "gauge", "Value of the last XID error encountered."),
+    ("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", "gauge", "Current clock throttle reasons."),
+    ("DCGM_FI_DEV_FB_FREE", "gauge", "Framebuffer memory free (in MiB)."),
+    ("DCGM_FI_DEV_FB_USED", "gauge", "Framebuffer memory used (in MiB)."),
+    ("DCGM_FI_DEV_FB_RESERVED", "gauge", "Framebuffer memory reserved (in MiB)."),
+    ("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "counter", "Total number of double-bit volatile ECC errors."),
+    ("DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", "counter", "Total number of NVLink bandwidth counters for all lanes."),
+    ("DCGM_FI_DEV_VGPU_LICENSE_STATUS", "gauge", "vGPU License status"),
+    ("DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", "counter", "Number of remapped rows for uncorrectable errors"),
+    ("DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", "counter", "Number of remapped rows for correctable errors"),
+    ("DCGM_FI_DEV_ROW_REMAP_FAILURE", "gauge", "Whether remapping of rows has failed"),
+    ("DCGM_FI_PROF_GR_ENGINE_ACTIVE", "gauge", "Ratio of time the graphics engine is active (in %)."),
+    ("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "gauge", "Ratio of cycles the tensor (HMMA) pipe is active (in %)."),
+    ("DCGM_FI_PROF_DRAM_ACTIVE", "gauge", "Ratio of cycles the device memory interface is active sending or receiving data (in %)."),
+    ("DCGM_FI_PROF_PCIE_TX_BYTES", "gauge", "The rate of data transmitted over the PCIe bus - including both protocol headers and data payloads - in bytes per second."),
+    ("DCGM_FI_PROF_PCIE_RX_BYTES", "gauge", "The rate of data received over the PCIe bus - including both protocol headers and data payloads - in bytes per second."),
+]
+
+
+def dcgm_metrics(hostname: str, gpus: int = 8, overrides: dict[int, dict[str, float]] | None = None,
+                 pod_of: dict[int, tuple[str, str, str]] | None = None) -> str:
+    """/metrics of dcgm-exporter on one H100 node: busy, healthy GPUs unless `overrides` says
+    otherwise (per GPU index, per field); `pod_of` attributes a GPU to (namespace, pod, container)."""
+    base = {"DCGM_FI_DEV_SM_CLOCK": 1980, "DCGM_FI_DEV_MEM_CLOCK": 2619, "DCGM_FI_DEV_MEMORY_TEMP": 41,
+            "DCGM_FI_DEV_GPU_TEMP": 47, "DCGM_FI_DEV_POWER_USAGE": 612.871, "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION": 91264519339,
+            "DCGM_FI_DEV_PCIE_REPLAY_COUNTER": 0, "DCGM_FI_DEV_GPU_UTIL": 100, "DCGM_FI_DEV_MEM_COPY_UTIL": 38,
+            "DCGM_FI_DEV_ENC_UTIL": 0, "DCGM_FI_DEV_DEC_UTIL": 0, "DCGM_FI_DEV_XID_ERRORS": 0,
+            "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS": 0, "DCGM_FI_DEV_FB_FREE": 8011, "DCGM_FI_DEV_FB_USED": 72560,
+            "DCGM_FI_DEV_FB_RESERVED": 588, "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL": 0, "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL": 1734988102,
+            "DCGM_FI_DEV_VGPU_LICENSE_STATUS": 0, "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS": 0,
+            "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS": 0, "DCGM_FI_DEV_ROW_REMAP_FAILURE": 0,
+            "DCGM_FI_PROF_GR_ENGINE_ACTIVE": 0.981201, "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": 0.473519,
+            "DCGM_FI_PROF_DRAM_ACTIVE": 0.531870, "DCGM_FI_PROF_PCIE_TX_BYTES": 331244129, "DCGM_FI_PROF_PCIE_RX_BYTES": 1294838733}
+    out = []
+    for field, kind, help_text in _DCGM_FIELDS:
+        out += [f"# HELP {field} {help_text}", f"# TYPE {field} {kind}"]
+        for i in range(gpus):
+            labels = (f'gpu="{i}",UUID="GPU-{uuid.UUID(int=hash((hostname, i)) % 2**128)}",pci_bus_id="00000000:{0x18 + 0x11 * i:02X}:00.0",'
+                      f'device="nvidia{i}",modelName="NVIDIA H100 80GB HBM3",Hostname="{hostname}",DCGM_FI_DRIVER_VERSION="550.90.07"')
+            if pod_of and i in pod_of:
+                ns, pod_name, cont = pod_of[i]
+                labels += f',container="{cont}",namespace="{ns}",pod="{pod_name}"'
+            value = (overrides or {}).get(i, {}).get(field, base[field])
+            out.append(f"{field}{{{labels}}} {value:g}" if isinstance(value, float) else f"{field}{{{labels}}} {value}")
+    return "\n".join(out) + "\n"
+
+
+def dcgm_exporter_pod(node_name: str) -> dict[str, Any]:
+    p = pod(f"nvidia-dcgm-exporter-{abs(hash(node_name)) % 10**5:05d}", namespace="gpu-operator", node_name=node_name,
+            c=container(name="nvidia-dcgm-exporter", image="nvcr.io/nvidia/k8s/dcgm-exporter:3.3.6-3.4.2-ubuntu22.04",
+                        command=["/bin/bash", "-c"], args=["dcgm-exporter -f /etc/dcgm-exporter/dcp-metrics-included.csv"],
+                        env={"DCGM_EXPORTER_LISTEN": ":9400", "DCGM_EXPORTER_KUBERNETES": "true"}, gpus=0, memory="512Mi"),
+            labels={"app": "nvidia-dcgm-exporter", "app.kubernetes.io/managed-by": "gpu-operator"}, restart="Always")
+    p["spec"]["containers"][0]["ports"] = [{"containerPort": 9400, "name": "metrics", "protocol": "TCP"}]
+    return p

@@ -19,6 +19,7 @@ import yaml
 from crashcart.tools import render
 from crashcart.tools._spec import ToolError
 from crashcart.tools.backends.base import LiveBackend, ClusterChanges
+from crashcart.tools.backends.kubernetes import _dcgm as dcgm
 from crashcart.tools.backends.kubernetes import _kueue as kueue
 from crashcart.tools.backends.kubernetes import _parse as parse
 from crashcart.tools.backends.kubernetes._client import (
@@ -473,9 +474,44 @@ class KubernetesBackend(LiveBackend):
                             f"exited {rc}: {err.strip()[-300:]}")
         return out
 
+    def _dcgm(self, node: str) -> tuple[str, list, dict[int, int], str | None] | None:
+        """The DCGM exporter's reading of `node`: (where, samples, last Xid per GPU, model), or
+        None when no exporter is configured."""
+        dc = self.settings.node_access.dcgm_exporter
+        if dc is None:
+            return None
+        pods = self.api.list(POD, dc.namespace, labels=dc.selector, fields=f"spec.nodeName={node}")[0]
+        if not pods:
+            raise ToolError(f"no DCGM exporter pod ({dc.selector} in namespace {dc.namespace}) runs on node {node}, "
+                            "so its GPU metrics cannot be read")
+        m = parse.meta(pods[0])
+        where = f"pod {m['namespace']}/{m['name']}:{dc.port}{dc.path}"
+        text = self.api.call("GET", f"{self.api.path(POD, m['namespace'], m['name'])}:{dc.port}/proxy{dc.path}",
+                             what=f"the DCGM exporter's metrics ({where})")
+        try:
+            found, xids, model = dcgm.gpu_samples(text if isinstance(text, str) else str(text), node, self.now())
+        except dcgm.MetricsError as e:
+            raise ToolError(f"the DCGM exporter's metrics ({where}) cannot be read: {e}") from None
+        return where, found, xids, model
+
+    @staticmethod
+    def _xid_lines(xids: dict[int, int]) -> list[str]:
+        reported = {i: x for i, x in sorted(xids.items()) if x}
+        if not xids:
+            return []
+        if not reported:
+            return ["Last Xid per GPU (DCGM_FI_DEV_XID_ERRORS): none reported"]
+        return ["Last Xid per GPU (DCGM_FI_DEV_XID_ERRORS): " + ", ".join(f"GPU {i}: Xid {x}" for i, x in reported.items())]
+
     def _tool_nvidia_smi_query(self, a: NodeInput) -> GpuOutput:
         self.node(a.node)
         out = self._node_exec(a.node, ["nvidia-smi", f"--query-gpu={render.NVIDIA_SMI_QUERY}", "--format=csv"], "nvidia-smi")
+        if out is None and (read := self._dcgm(a.node)):
+            where, found, xids, model = read
+            lines = [f"# no node access for nvidia-smi: the same fields from the DCGM exporter ({where})",
+                     *render.nvidia_smi_csv(found, model), *self._xid_lines(xids)]
+            text, truncated = self._bounded(lines)
+            return GpuOutput(node=a.node, text=text, truncated=truncated, gpus=found)
         if out is None:
             return GpuOutput(node=a.node, text=self._unavailable(a.node, "nvidia-smi"), gpus=[])
         from crashcart.tools.backends.slurm._parse import nvidia_smi_samples
@@ -486,15 +522,34 @@ class KubernetesBackend(LiveBackend):
 
     def _tool_gpu_metrics(self, a: MetricsInput) -> GpuOutput:
         self.node(a.node)
-        return GpuOutput(node=a.node, gpus=[], text=(
-            f"No GPU samples for node {a.node}: crashcart reads no DCGM exporter history on this cluster; "
-            "only the live reading (nvidia_smi_query) is available, and only with node access configured."))
+        read = self._dcgm(a.node)
+        if read is None:
+            return GpuOutput(node=a.node, gpus=[], text=(
+                f"No GPU samples for node {a.node}: GPU metrics are not available on this cluster "
+                "(kubernetes.node_access.dcgm_exporter names the DCGM exporter to read them from)."))
+        where, found, xids, _ = read
+        now = self.now()
+        if (a.until and render.aware(a.until) < now - timedelta(minutes=1)) or (a.since and render.aware(a.since) > now):
+            return GpuOutput(node=a.node, gpus=[], text=(
+                f"No GPU samples for node {a.node} in that window: the DCGM exporter ({where}) serves only the "
+                f"current reading ({render.iso_z(now)}), no history."))
+        if not found:
+            return GpuOutput(node=a.node, gpus=[], text=f"The DCGM exporter ({where}) reported no GPU of node {a.node}.")
+        lines = [f"# DCGM exporter {where}: the current reading (it keeps no history)",
+                 *render.gpu_metrics_table(found, now), *self._xid_lines(xids)]
+        text, truncated = self._bounded(lines, pinned=2)
+        return GpuOutput(node=a.node, text=text, truncated=truncated, gpus=found)
 
     def _tool_kernel_log(self, a: NodeLogInput) -> NodeLogOutput:
         self.node(a.node)
         out = self._node_exec(a.node, ["dmesg", "-T"], "the kernel log")
         if out is None:
-            return NodeLogOutput(node=a.node, text=self._unavailable(a.node, "the kernel log"), total_lines=0)
+            text = self._unavailable(a.node, "the kernel log")
+            if read := self._dcgm(a.node):
+                # Not the kernel log, but the one kernel-log fact the exporter carries.
+                text += "\n" + "\n".join(self._xid_lines(read[2]) or ["(the DCGM exporter reports no Xid field)"]) \
+                    + f" [from the DCGM exporter, {read[0]}]"
+            return NodeLogOutput(node=a.node, text=text, total_lines=0)
         text, truncated, total = render.bound_lines(out.splitlines(), a.tail, a.grep, a.since,
                                                     render.kernel_log_stamp(self.now()))
         return NodeLogOutput(node=a.node, text=text, truncated=truncated, total_lines=total)
