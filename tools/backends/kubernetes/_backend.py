@@ -109,7 +109,8 @@ class KubernetesBackend(LiveBackend):
             raise ToolError(f"job {job_id!r} names pods in several namespaces ({where}); say which as namespace/name")
         if pods:
             return Subject(pods[0], self.root_workload(pods[0]), None)
-        for kind in [JOB, *WORKLOADS.values()]:
+        served = self.api.groups(refresh=True)  # one GET /apis: only installed operators are asked
+        for kind in [JOB, *(k for k in WORKLOADS.values() if k.group in served)]:
             try:
                 found = self.api.list(kind, namespace, fields=f"metadata.name={name}")[0]
             except Absent:

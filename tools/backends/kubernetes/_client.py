@@ -190,7 +190,11 @@ class Api:
 
             # A discovery cache of its own: the client's default is one file per server URL in
             # /tmp, shared by every process, which would carry one run's CRDs into another.
-            self._discovery_dir = tempfile.mkdtemp(prefix="crashcart-discovery-")
+            try:
+                self._discovery_dir = tempfile.mkdtemp(prefix="crashcart-discovery-")
+            except OSError as e:
+                raise ToolError(f"cannot create the API discovery cache under {tempfile.gettempdir()} "
+                                f"(set TMPDIR to a writable directory): {e}") from None
             self._dynamic = self._dynamic_call(lambda: DynamicClient(
                 self.client, cache_file=f"{self._discovery_dir}/discovery.json"), "API discovery")
         return self._dynamic
@@ -219,6 +223,12 @@ class Api:
         if kind in BUILTIN:
             return kind
         key = f"{kind.plural}.{kind.group}"
+        # The group list first (one GET /apis when the cached one lacks it): an absent operator
+        # costs that, not the client's full rediscovery on every miss.
+        if kind.group not in self.groups() and kind.group not in self.groups(refresh=True):
+            self.absent[key] = time.monotonic()
+            raise Absent(f"{kind.kind} ({key}) is not installed on this cluster (discovery lists no API group "
+                         f"{kind.group})")
         from kubernetes.dynamic.exceptions import ResourceNotFoundError
 
         try:
