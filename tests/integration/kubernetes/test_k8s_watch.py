@@ -260,3 +260,18 @@ def test_no_operator_installed_costs_one_discovery_and_a_late_install_is_noticed
                                     "lastTransitionTime": k.ts(k.ago(seconds=5))}]})
     monkeypatch.setattr(_client, "REDISCOVER_SECONDS", 0)
     assert [r.job for r in b.changes_since(b.now() - timedelta(minutes=5), 45).failed] == ["late"]
+
+
+def test_the_watcher_opens_one_incident_per_failed_workload_and_none_again(lab, tmp_path):
+    operator_failures(lab)
+    b = lab.backend()
+    store = IncidentStore(str(tmp_path / "ops.duckdb"))
+    observe = {**ALLOW_ALL, "mode": "observe"}
+    watcher = Watcher(make_deps(b, make_policy("playbook"), policy_from_dict(observe), store, cluster="loopback"),
+                      cluster="loopback", settings=WatchSettings(interval_s=0))
+    store.set_watch_cursor("loopback", b.now() - timedelta(minutes=5))
+    before = lab.snapshot()
+    touched = watcher.poll_once()
+    assert len(touched) == 4  # llama, sft (its two Jobs with it), rl (its pod speaks), tune (its RayCluster and submitter with it)
+    assert watcher.poll_once() == []
+    assert lab.snapshot() == before  # observe mode: every write denied
