@@ -58,6 +58,9 @@ def test_ray_job_status_reads_the_rayjob_and_raycluster_behind_the_job(ray_lab: 
     assert gone.status == "FAILED" and gone.row.reason == "DeadlineExceeded"
     assert gone.text.startswith(f"The Ray head has no job {dead['status']['jobId']!r}; its RayJob says:")
     assert "message: The RayJob has passed the activeDeadlineSeconds" in gone.text
+    # Its RayCluster went with it (shutdownAfterJobFinishes): said so, not skipped.
+    assert ('  RayCluster ray/sweep-raycluster-m4q8z: cannot be read (get raycluster sweep-raycluster-m4q8z in namespace ray: '
+            'rayclusters.ray.io "sweep-raycluster-m4q8z" not found)') in gone.text.splitlines()
 
     changes = backend.changes_since(backend.now() - timedelta(minutes=2), stall_minutes=45)
     failed = {r.job: r for r in changes.failed}

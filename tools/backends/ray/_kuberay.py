@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from crashcart.tools._spec import ToolError
 from crashcart.tools.backends.kubernetes import _parse as kparse
 from crashcart.tools.backends.kubernetes._client import POD, WORKLOADS
 from crashcart.tools.catalog import JobRow
@@ -51,7 +52,7 @@ def lines(kube: KubernetesBackend, rj: dict[str, Any]) -> list[str]:
         return out + ["  RayCluster: none yet (the operator has not created one)"]
     try:
         rc = kube.api.get(RAYCLUSTER, ns, cluster)
-    except Exception as e:  # noqa: BLE001 - NotFound or a refused read: say which, keep the rest
+    except ToolError as e:  # deleted with the job (shutdownAfterJobFinishes), or refused: say which
         return out + [f"  RayCluster {ns}/{cluster}: cannot be read ({e})"]
     rs = rc.get("status") or {}
     out.append(f"  RayCluster {ns}/{cluster}: state={rs.get('state') or '<none>'}, workers ready "
