@@ -72,7 +72,8 @@ def cluster(ray_lab: RayLab):
 
 
 def _on_the_node(lab: RayLab, job: str) -> None:
-    lab.wait_for("the task to run on the spot node", lambda: "step 2 loss" in lab.jobs.get_job_logs(job))
+    # A job's runtime env and driver start slowly on a loaded 2-core machine.
+    lab.wait_for("the task to run on the spot node", lambda: "step 2 loss" in lab.jobs.get_job_logs(job), timeout=150)
 
 
 def test_a_node_that_dies_under_a_job_is_seen_and_the_job_rerun_on_a_replacement(cluster, tmp_path):
@@ -94,12 +95,14 @@ def test_a_node_that_dies_under_a_job_is_seen_and_the_job_rerun_on_a_replacement
     assert lab.wait(job) == "FAILED"
     dead = lab.wait_for("the GCS to mark the node dead", lambda: backend.forget() or (
         backend.node(spot.node_id) if backend.node(spot.node_id).state == "down" else None))
-    assert dead.message == "Unexpected termination: health check failed due to missing too many heartbeats"
+    # Ray's words for a node it lost (here its health check's: "... missing too many heartbeats").
+    assert (dead.message or "").startswith("Unexpected termination: "), dead.message
     changes = backend.changes_since(before - timedelta(seconds=1), stall_minutes=45)
     assert [r.job for r in changes.failed] == [job]
     assert [(n.node, n.state) for n in changes.nodes_down] == [("spot-a", "down")]
     status = backend.run(REGISTRY.get("ray_job_status"), {"job": job})
-    assert "ray.exceptions.NodeDiedError: Task failed because the node it was running on is dead" in status.text
+    # The driver's NodeDiedError, whose words end with where to look for the node's death.
+    assert "To see node death information, use `ray list nodes --filter node_id=" in status.text, status.text
 
     join("spot-b")  # the replacement node the autoscaler would bring
     new = None
