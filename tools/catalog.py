@@ -87,7 +87,9 @@ class PartitionOutput(TextOutput):
 
 
 class DescribeInput(ToolInput):
-    kind: Literal["pod", "node", "job", "pytorchjob", "rayjob", "raycluster"]
+    kind: Literal["pod", "node", "job", "pytorchjob", "mpijob", "jobset", "rayjob", "raycluster", "workload", "clusterqueue"]
+    """workload, clusterqueue: Kueue's (a workload's pending reason and admission, a queue's quota
+    usage); a workload may be named by its own name or by the job it queues."""
     name: str
     namespace: str | None = None
 

@@ -19,6 +19,12 @@ backend under test talks to it through the official `kubernetes` client and noth
   default does; Background/Foreground deletes them (the garbage collector's work);
 - `pods/exec` over a WebSocket (the v4 channel protocol the client's stream() speaks):
   stdout, stderr and the exit status on the error channel, from `Store.exec` handlers;
+- discovery as `kubectl api-resources` and the dynamic client read it: /api, /apis (an
+  APIGroupList naming each group's preferred version) and /api/v1, /apis/GROUP/VERSION (an
+  APIResourceList with verbs and subresources); a group with no installed CRD is absent;
+- `pods/NAME:PORT/proxy/PATH` relays a GET to a real HTTP server registered for that pod and
+  port (`Store.proxies`), as the API server relays to the pod's IP; with none, the 503 a
+  refused connection gives;
 - merge and strategic-merge patches (no list-merge keys: what crashcart patches are maps
   and scalars) and JSON patches; a JSON-patch content type with an object body is refused
   the way the real server refuses it.
@@ -85,10 +91,14 @@ CRDS = {
     "vcjobs": Resource("batch.volcano.sh", "v1alpha1", "jobs", "Job", True, _META),
     "workloads": Resource("kueue.x-k8s.io", "v1beta1", "workloads", "Workload", True, _META),
     "clusterqueues": Resource("kueue.x-k8s.io", "v1beta1", "clusterqueues", "ClusterQueue", False, _META),
+    "localqueues": Resource("kueue.x-k8s.io", "v1beta1", "localqueues", "LocalQueue", True, _META),
 }
 VERSION = {"major": "1", "minor": "30", "gitVersion": "v1.30.4", "gitCommit": "a51b3b711150f57ffc1f526a640ec058514f2451",
            "gitTreeState": "clean", "buildDate": "2024-08-14T19:02:46Z", "goVersion": "go1.22.5",
            "compiler": "gc", "platform": "linux/amd64"}
+_VERBS = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
+_SUBRESOURCES = {"Pod": {"log": ["get"], "eviction": ["create"], "exec": ["create", "get"], "status": ["get", "patch", "update"]},
+                 "Node": {"status": ["get", "patch", "update"]}, "Namespace": {"status": ["get", "patch", "update"]}}
 _NAME_CHARS = "bcdfghjklmnpqrstvwxz2456789"  # the apiserver's generateName alphabet
 
 
@@ -236,6 +246,8 @@ class Store:
         self.history = history
         self.resources = {r.plural if not r.group else f"{r.group}/{r.plural}": r for r in BUILTIN}
         self.logs: dict[tuple[str, str, str, bool], list[tuple[datetime, str]]] = {}
+        self.proxies: dict[tuple[str, str, int], str] = {}
+        """(namespace, pod, port) -> the base URL of a real HTTP server standing in for that pod's port."""
         self.exec: dict[tuple[str, str], Any] = {}
         """(namespace, pod) -> fn(command: list[str]) -> (stdout, stderr, exit code), for pods/exec."""
         self.requests: list[tuple[str, str, dict[str, list[str]], Any]] = []
@@ -261,6 +273,33 @@ class Store:
             if res.group == group and res.version == version and res.kind == kind:
                 return res
         raise KeyError(f"{api_version} {kind} is not served")
+
+    # Discovery ------------------------------------------------------------------
+    def api_groups(self) -> dict[str, Any]:
+        groups: dict[str, list[str]] = {}
+        for res in self.resources.values():
+            if res.group and res.version not in groups.setdefault(res.group, []):
+                groups[res.group].append(res.version)
+        return {"kind": "APIGroupList", "apiVersion": "v1", "groups": [
+            {"name": g, "versions": [{"groupVersion": f"{g}/{v}", "version": v} for v in vs],
+             "preferredVersion": {"groupVersion": f"{g}/{vs[0]}", "version": vs[0]}} for g, vs in groups.items()]}
+
+    def api_resources(self, group: str, version: str) -> dict[str, Any]:
+        served = [r for r in self.resources.values() if r.group == group and r.version == version]
+        if not served:
+            raise ApiError(status(404, "NotFound", "the server could not find the requested resource", {}))
+        rows: list[dict[str, Any]] = []
+        for r in served:
+            singular = r.kind.lower()
+            rows.append({"name": r.plural, "singularName": singular, "namespaced": r.namespaced, "kind": r.kind,
+                         "verbs": _VERBS, **({"categories": ["all"]} if r.kind in ("Pod", "Job") else {})})
+            subs = _SUBRESOURCES.get(r.kind, {} if not r.group or r.group == "policy" else {"status": ["get", "patch", "update"]})
+            rows += [{"name": f"{r.plural}/{sub}", "singularName": "", "namespaced": r.namespaced,
+                      "kind": "Eviction" if sub == "eviction" else ("PodExecOptions" if sub == "exec" else r.kind),
+                      "verbs": verbs, **({"group": "policy", "version": "v1"} if sub == "eviction" else {})}
+                     for sub, verbs in subs.items()]
+        return {"kind": "APIResourceList", "apiVersion": "v1",
+                "groupVersion": f"{group}/{version}" if group else version, "resources": rows}
 
     # Writes ---------------------------------------------------------------------
     def _bump(self, kind: str, res: Resource, obj: dict[str, Any]) -> None:
@@ -378,6 +417,8 @@ class Store:
 _PATH = re.compile(r"^/(?:api/(?P<cv>v1)|apis/(?P<group>[^/]+)/(?P<gv>[^/]+))"
                    r"(?:/namespaces/(?P<ns>[^/]+))?/(?P<plural>[^/]+)(?:/(?P<name>[^/]+))?(?:/(?P<sub>[^/]+))?$")
 
+_PROXY = re.compile(r"/api/v1/namespaces/(?P<ns>[^/]+)/pods/(?P<name>[^/:]+)(?::(?P<port>\d+))?/proxy(?P<rest>/.*)?")
+
 
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
@@ -417,6 +458,15 @@ class Handler(BaseHTTPRequestHandler):
                 time.sleep(store.latency)
             if url.path.rstrip("/") == "/version":
                 return self._send(200, VERSION)
+            if url.path.rstrip("/") == "/api":
+                return self._send(200, {"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": [
+                    {"clientCIDR": "0.0.0.0/0", "serverAddress": "10.0.0.1:6443"}]})
+            if url.path.rstrip("/") == "/apis":
+                return self._send(200, store.api_groups())
+            if d := re.fullmatch(r"/api/(v1)|/apis/([^/]+)/([^/]+)", url.path.rstrip("/")):
+                return self._send(200, store.api_resources(d[2] or "", d[1] or d[3]))
+            if p := _PROXY.fullmatch(url.path):
+                return self._proxy(p["ns"], p["name"], int(p["port"] or 80), p["rest"] or "/", url.query)
             m = _PATH.match(url.path)
             if not m:
                 raise ApiError(status(404, "NotFound", "the server could not find the requested resource", {}))
@@ -590,6 +640,27 @@ class Handler(BaseHTTPRequestHandler):
         stamps = q.get("timestamps", "").lower() == "true"
         text = "".join((f"{t.strftime('%Y-%m-%dT%H:%M:%S.%fZ')} " if stamps else "") + l + "\n" for t, l in lines)
         self._send(200, text, "text/plain")
+
+    def _proxy(self, ns: str, name: str, port: int, rest: str, query: str) -> None:
+        import urllib.error
+        import urllib.request
+
+        store = self.server.store
+        pod = store.get(store.resources["pods"], ns, name)
+        base = store.proxies.get((ns, name, port))
+        ip = (pod.get("status") or {}).get("podIP") or "<none>"
+        refused = ApiError(status(503, "ServiceUnavailable",
+                                  f"error trying to reach service: dial tcp {ip}:{port}: connect: connection refused"))
+        if base is None:
+            raise refused
+        try:
+            with urllib.request.urlopen(base.rstrip("/") + rest + (f"?{query}" if query else ""), timeout=10) as r:
+                body, ctype, code = r.read(), r.headers.get("Content-Type") or "text/plain", r.status
+        except urllib.error.HTTPError as e:
+            body, ctype, code = e.read(), e.headers.get("Content-Type") or "text/plain", e.code
+        except OSError:
+            raise refused from None
+        self._send(code, body, ctype)
 
     def _exec(self, ns: str, name: str, query: dict[str, list[str]]) -> None:
         store = self.server.store

@@ -2,6 +2,15 @@
 
     python tests/harness/ray_local.py up DIR     # prints the head's addresses as JSON
     python tests/harness/ray_local.py down DIR   # stops it by the pids it recorded
+    python tests/harness/ray_local.py join HEAD_DIR DIR NAME   # a worker node joins that head
+
+A worker node (`join`) is a second raylet with its own object store and workers, on 127.0.0.1,
+joined to the head's GCS and run in a session of its own, so a test can kill it (a machine
+lost under a job) or drain it. `ray start --address` refuses to join with
+RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0, and with 1 it rewrites 127.0.0.1 to the machine's
+external address, where this head does not listen; so the worker process does what `ray start
+--address --block` does after those checks: it starts a `ray._private.node.Node` (head=False)
+with the head's GCS address and blocks, as Ray's own multi-node tests do (ray.cluster_utils).
 
 The head runs `ray start --head --block` in a session of its own: every Ray daemon it
 starts (GCS, raylet, dashboard, agents, workers) is in that session, and stopping sends
@@ -24,6 +33,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -77,9 +87,10 @@ def _ray_bin() -> str:
     return str(Path(sys.executable).with_name("ray"))
 
 
-def up(directory: str | Path) -> RayHead:
+def up(directory: str | Path, extra_env: dict[str, str] | None = None) -> RayHead:
     """Start the head; wait until the GCS and the Jobs API answer. RuntimeError with the
-    head's own log when it does not come up."""
+    head's own log when it does not come up. `extra_env`: Ray settings for this head only
+    (RAY_health_check_period_ms, say)."""
     root = Path(directory).resolve()
     root.mkdir(parents=True, exist_ok=True)
     # Ray's socket paths must stay under 107 bytes: its temp dir is short, under /tmp.
@@ -89,7 +100,7 @@ def up(directory: str | Path) -> RayHead:
     # `python` in a job's entrypoint is this interpreter, the one with Ray, as on a real cluster.
     path = f"{Path(sys.executable).parent}:{os.environ.get('PATH', '/usr/bin:/bin')}"
     env = {**os.environ, **client_env(root), "PATH": path, "RAY_memory_usage_threshold": str(threshold),
-           "RAY_memory_monitor_refresh_ms": "100"}
+           "RAY_memory_monitor_refresh_ms": "100", **(extra_env or {})}
     argv = [_ray_bin(), "start", "--head", "--block", "--node-ip-address=127.0.0.1", f"--port={gcs}",
             "--num-cpus=2", "--object-store-memory=100000000", "--dashboard-host=127.0.0.1",
             f"--dashboard-port={dashboard}", f"--ray-client-server-port={free_port()}",
@@ -110,6 +121,83 @@ def up(directory: str | Path) -> RayHead:
     down(root)
     raise RuntimeError(f"the Ray head did not come up within {START_TIMEOUT:.0f} s:\n"
                        f"{(root / 'ray-start.log').read_text()[-3000:]}")
+
+
+@dataclass
+class RayWorker:
+    dir: str
+    name: str
+    node_id: str
+    pid: int
+    """The process holding the node; its session holds the node's raylet and workers."""
+
+
+def join(head: RayHead, directory: str | Path, name: str, num_cpus: int = 1,
+         resources: dict[str, float] | None = None) -> RayWorker:
+    """Start a worker node named `name` joined to `head`; wait until the GCS lists it ALIVE."""
+    root = Path(directory).resolve()
+    root.mkdir(parents=True, exist_ok=True)
+    temp = Path(f"/tmp/ccrayw-{os.getpid()}-{int(time.time() * 1000) % 10**6}")
+    path = f"{Path(sys.executable).parent}:{os.environ.get('PATH', '/usr/bin:/bin')}"
+    env = {**os.environ, **client_env(head.dir), "PATH": path}
+    argv = [sys.executable, str(Path(__file__).resolve()), "_node", head.gcs_address, name, str(num_cpus),
+            json.dumps(resources or {}), str(temp)]
+    log = open(root / "node.log", "w")
+    proc = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    (root / "head.json").write_text(json.dumps({"pid": proc.pid, "temp_dir": str(temp), "name": name}))
+    deadline = time.monotonic() + START_TIMEOUT
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            break
+        # The node's own id (it prints it once started): an earlier node of the same name may still be listed.
+        started = re.search(r"worker node \S+ started: ([0-9a-f]+)", (root / "node.log").read_text())
+        if started and _alive(head, started[1]):
+            return RayWorker(dir=str(root), name=name, node_id=started[1], pid=proc.pid)
+        time.sleep(0.5)
+    down(root)
+    raise RuntimeError(f"worker node {name} did not join within {START_TIMEOUT:.0f} s:\n"
+                       f"{(root / 'node.log').read_text()[-3000:]}")
+
+
+def kill(directory: str | Path) -> None:
+    """SIGKILL every process of a node's session at once: the machine is gone, nothing shuts down."""
+    try:
+        info = json.loads((Path(directory).resolve() / "head.json").read_text())
+    except (OSError, ValueError):
+        return
+    _stop_session(info["pid"], 0.0, graceful=False)
+    subprocess.run(["rm", "-rf", info.get("temp_dir", "/nonexistent")], check=False)
+
+
+def _alive(head: RayHead, node_id: str) -> bool:
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"{head.dashboard_url}/api/v0/nodes?limit=100&detail=true", timeout=5) as r:
+            rows = json.loads(r.read())["data"]["result"]["result"]
+    except (OSError, ValueError, KeyError):
+        return False
+    return any(n.get("node_id") == node_id and n.get("state") == "ALIVE" for n in rows)
+
+
+def _run_node(gcs: str, name: str, num_cpus: int, resources: dict[str, float], temp: str) -> None:
+    """What `ray start --address=GCS --block` does once its checks pass (see the module's notes)."""
+    import ray._private.node
+    from ray._private.parameter import RayParams
+
+    params = RayParams(node_ip_address="127.0.0.1", gcs_address=gcs, node_name=name, num_cpus=num_cpus,
+                       num_gpus=0, resources=resources, object_store_memory=100_000_000, temp_dir=temp,
+                       min_worker_port=0, max_worker_port=0, node_manager_port=0)
+    node = ray._private.node.Node(params, head=False, shutdown_at_exit=True, spawn_reaper=True)
+    print(f"worker node {name} started: {node.node_id} ({node.node_ip_address})", flush=True)
+
+    def stop(*_):
+        node.kill_all_processes(check_alive=False, allow_graceful=True)
+        os._exit(0)
+
+    signal.signal(signal.SIGTERM, stop)
+    while True:
+        time.sleep(1)
 
 
 def _answers(head: RayHead) -> bool:
@@ -154,8 +242,9 @@ def down(directory: str | Path, timeout: float = 3.0) -> None:
     subprocess.run(["rm", "-rf", info.get("temp_dir", "/nonexistent")], check=False)
 
 
-def _stop_session(sid: int, timeout: float) -> None:
-    for sig, wait in ((signal.SIGTERM, timeout), (signal.SIGKILL, 5.0)):
+def _stop_session(sid: int, timeout: float, graceful: bool = True) -> None:
+    steps = ((signal.SIGTERM, timeout), (signal.SIGKILL, 5.0)) if graceful else ((signal.SIGKILL, 5.0),)
+    for sig, wait in steps:
         pids = _session_pids(sid)
         if not pids:
             break
@@ -174,8 +263,15 @@ def _stop_session(sid: int, timeout: float) -> None:
 
 
 if __name__ == "__main__":
+    if len(sys.argv) == 7 and sys.argv[1] == "_node":
+        _run_node(sys.argv[2], sys.argv[3], int(sys.argv[4]), json.loads(sys.argv[5]), sys.argv[6])
+    if len(sys.argv) == 5 and sys.argv[1] == "join":
+        info = json.loads((Path(sys.argv[2]).resolve() / "head.json").read_text())
+        head = RayHead(**{k: v for k, v in info.items() if k in RayHead.__dataclass_fields__})
+        print(json.dumps(asdict(join(head, sys.argv[3], sys.argv[4]))))
+        sys.exit(0)
     if len(sys.argv) != 3 or sys.argv[1] not in {"up", "down"}:
-        sys.exit("usage: ray_local.py up|down DIR")
+        sys.exit("usage: ray_local.py up|down DIR, or join HEAD_DIR DIR NAME")
     if sys.argv[1] == "up":
         print(json.dumps(asdict(up(sys.argv[2]))))
     else:

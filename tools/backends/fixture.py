@@ -322,6 +322,8 @@ class FixtureBackend(Backend):
             pods = [j for j in self.cluster.jobs if node.name in j.nodes and render.is_active(j.state)]
             lines = render.describe_node_lines(node, pods, events, now)
             facts["node"] = self._node_row(node)
+        elif a.kind in ("workload", "clusterqueue"):
+            raise ToolError(f"no Kueue {a.kind} is recorded in this scenario; describe the job or its pods instead")
         else:
             job = self._job(a.name, noun=a.kind)
             if a.namespace and job.partition and a.namespace != job.partition:

@@ -16,6 +16,7 @@ from crashcart.tools.render._formats import aware, elapsed_seconds, is_active, i
 from crashcart.tools.render.gpu import NVIDIA_SMI_QUERY, gpu_metrics_table, nvidia_smi_csv, throttle_reason
 from crashcart.tools.render.kubernetes import (
     describe_node_lines,
+    describe_object_lines,
     describe_pod_lines,
     describe_resource_lines,
     event_parts,
@@ -58,7 +59,7 @@ from crashcart.tools.render.views import history_lines, progress_lines
 
 __all__ = [
     "NVIDIA_SMI_QUERY", "SACCT_HEADER", "StampOf", "aware", "bound_lines", "compress_hostlist",
-    "describe_node_lines", "describe_pod_lines", "describe_resource_lines", "elapsed_seconds",
+    "describe_node_lines", "describe_object_lines", "describe_pod_lines", "describe_resource_lines", "elapsed_seconds",
     "event_parts", "events_lines", "expand_hostlist", "gpu_metrics_table", "history_lines",
     "is_active", "iso_z", "job_log_stamp", "k8s_age", "k8s_exit_code", "kernel_log_stamp",
     "kubectl_nodes_lines", "node_ready", "node_roles", "node_status", "node_taints",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
@@ -297,6 +298,7 @@ def describe_node_lines(node: Node, pods: Sequence[Job], events: Sequence[Event]
 _CRD = {
     "job": ("batch/v1", "Job"), "pytorchjob": ("kubeflow.org/v1", "PyTorchJob"),
     "rayjob": ("ray.io/v1", "RayJob"), "raycluster": ("ray.io/v1", "RayCluster"),
+    "mpijob": ("kubeflow.org/v2beta1", "MPIJob"), "jobset": ("jobset.x-k8s.io/v1alpha2", "JobSet"),
 }
 
 
@@ -365,3 +367,63 @@ def pods_lines(jobs: Iterable[Job], now: datetime) -> list[str]:
                      len(j.attempts), k8s_age(now - (j.submit_time or j.start_time or now)),
                      ",".join(j.nodes) or "<none>"))
     return table(["NAMESPACE", "NAME", "READY", "STATUS", "RESTARTS", "AGE", "NODE"], rows)
+
+
+# --- any object, as kubectl's generic describer prints a custom resource ----------------------
+
+_INITIALISMS = {"api": "API", "uid": "UID", "url": "URL", "ip": "IP", "id": "ID", "cpu": "CPU", "gpu": "GPU",
+                "ttl": "TTL", "dns": "DNS", "tls": "TLS", "json": "JSON", "http": "HTTP"}
+
+
+def smart_label(key: str) -> str:
+    """A field name as kubectl describe titles it: apiVersion -> "API Version",
+    podSetAssignments -> "Pod Set Assignments"; resource names (nvidia.com/gpu) stay as they are."""
+    if "/" in key or "." in key or not key[:1].isalpha():
+        return key
+    words = re.findall(r"[A-Z]+(?=[A-Z][a-z]|\d|$)|[A-Z]?[a-z]+|[A-Z]+|\d+", key) or [key]
+    return " ".join(_INITIALISMS.get(w.lower(), w[:1].upper() + w[1:]) for w in words)
+
+
+def _unstructured(value: Any, indent: int) -> list[str]:
+    pad = " " * indent
+    out: list[str] = []
+    if isinstance(value, dict):
+        # kubectl walks the fields in sorted order and aligns a map's values two spaces past its longest label.
+        scalars = {k: v for k, v in value.items() if not isinstance(v, (dict, list)) or not v}
+        width = max((len(smart_label(k)) + 3 for k in scalars), default=0)
+        for k, v in sorted(value.items()):
+            if k in scalars:
+                shown = "" if v is None or v == {} or v == [] else (str(v).lower() if isinstance(v, bool) else v)
+                out.append(f"{pad}{(smart_label(k) + ':').ljust(width)}{shown}".rstrip())
+            else:
+                out += [f"{pad}{smart_label(k)}:"] + _unstructured(v, indent + 2)
+    elif isinstance(value, list):
+        for item in value:
+            out += _unstructured(item, indent) if isinstance(item, (dict, list)) else [f"{pad}{item}"]
+    else:
+        out.append(f"{pad}{value}")
+    return out
+
+
+def describe_object_lines(obj: dict[str, Any], events: Sequence[Event], now: datetime) -> list[str]:
+    """`kubectl describe` of a custom resource as the API holds it (a Kueue Workload or
+    ClusterQueue): name, labels and annotations first, then the rest field by field."""
+    meta = obj.get("metadata") or {}
+
+    def pairs(label: str, d: dict[str, str] | None) -> list[str]:
+        items = [f"{k}={v}" for k, v in sorted((d or {}).items())] or ["<none>"]
+        return [_field(label, items[0], 0, 14)] + [" " * 14 + i for i in items[1:]]
+
+    lines = [_field("Name", meta.get("name", ""), 0, 14)]
+    if meta.get("namespace"):
+        lines.append(_field("Namespace", meta["namespace"], 0, 14))
+    lines += pairs("Labels", meta.get("labels")) + pairs("Annotations", meta.get("annotations"))
+    lines += [_field("API Version", obj.get("apiVersion", ""), 0, 14), _field("Kind", obj.get("kind", ""), 0, 14)]
+    rest = {k: v for k, v in meta.items() if k not in ("name", "namespace", "labels", "annotations", "managedFields")}
+    if rest:
+        lines += ["Metadata:"] + _unstructured(rest, 2)
+    for key, value in sorted(obj.items()):
+        if key in ("apiVersion", "kind", "metadata"):
+            continue
+        lines += [f"{smart_label(key)}:"] + (_unstructured(value, 2) if isinstance(value, (dict, list)) else [f"  {value}"])
+    return lines + _describe_events(events, now)

@@ -9,6 +9,7 @@ import sys
 from datetime import timedelta
 from pathlib import Path
 
+import pytest
 import yaml
 
 import kubeseed as k
@@ -17,6 +18,7 @@ from crashcart.agent.policies import make_policy
 from crashcart.agent.runner import make_deps
 from crashcart.agent.store import IncidentStore
 from crashcart.agent.watch import Watcher, WatchSettings
+from crashcart.tools._spec import REGISTRY, ToolError
 from test_k8s_agent import ALLOW_ALL, oom_job
 
 
@@ -169,3 +171,107 @@ def test_each_watched_namespace_is_listed_and_watched_from_its_own_version(lab):
     assert pod_paths == ["/api/v1/namespaces/research/pods", "/api/v1/namespaces/train/pods"]
     watched = [(p, q["resourceVersion"][0]) for m, p, q, _ in lab.store.requests if q.get("watch") and p.endswith("/pods")]
     assert {p for p, _ in watched} == set(pod_paths)
+
+
+def _fail(lab, obj, status: dict) -> dict:
+    return lab.update(obj, lambda o: o["status"].update(status))
+
+
+def operator_failures(lab):
+    """Workloads that failed with no pod left to show it: a PyTorchJob whose cleanPodPolicy
+    removed its pods, a JobSet whose two Jobs hit their backoff limit, a RayJob whose entrypoint
+    failed (its RayCluster and submitter Job owned by it); one JobSet whose pod is still there,
+    one that failed two hours ago and a PyTorchJob that runs."""
+    lab.store.install_crd("pytorchjobs", "jobsets", "rayjobs", "rayclusters")
+    lab.add(k.node("gpu-a01"))
+    llama = lab.add(k.pytorchjob("llama"))
+    _fail(lab, llama, {"conditions": llama["status"]["conditions"] + [
+        {"type": "Failed", "status": "True", "reason": "PyTorchJobFailed",
+         "message": "PyTorchJob train/llama is failed because 1 Worker replica(s) failed.",
+         "lastUpdateTime": k.ts(k.ago(seconds=40)), "lastTransitionTime": k.ts(k.ago(seconds=40))}],
+        "replicaStatuses": {"Master": {"active": 0, "failed": 0}, "Worker": {"failed": 1}}})
+    lab.add(k.pytorchjob("healthy"))
+    for name, at in (("sft", k.ago(seconds=30)), ("old", k.ago(hours=2))):
+        js = lab.add(k.jobset(name))
+        for i in range(2):
+            child = lab.add(k.owned_by(k.job(f"{name}-workers-{i}"), js))
+            _fail(lab, child, {"conditions": k.failed_condition("BackoffLimitExceeded", "Job has reached the specified backoff limit", at),
+                               "failed": 1})
+        _fail(lab, js, {"conditions": [{"type": "Failed", "status": "True", "reason": "FailedJobs",
+                                        "message": "jobset failed due to one or more job failures",
+                                        "lastTransitionTime": k.ts(at)}], "terminalState": "Failed"})
+    rl = lab.add(k.jobset("rl", replicas=1))
+    rl_job = lab.add(k.owned_by(k.job("rl-workers-0"), rl))
+    _fail(lab, rl_job, {"conditions": k.failed_condition("BackoffLimitExceeded", "Job has reached the specified backoff limit", k.ago(seconds=20))})
+    _fail(lab, rl, {"conditions": [{"type": "Failed", "status": "True", "reason": "FailedJobs",
+                                    "message": "jobset failed due to one or more job failures", "lastTransitionTime": k.ts(k.ago(seconds=20))}]})
+    lab.add(k.pod("rl-workers-0-0-q8x2d", owner=lab.get("batch/v1", "Job", "train", "rl-workers-0"), phase="Failed",
+                  labels={"user": "dana", "jobset.sigs.k8s.io/jobset-name": "rl"},
+                  state=k.terminated("OOMKilled", 137, k.ago(minutes=9), k.ago(seconds=25))))
+    tune = lab.add(k.rayjob("tune"))
+    lab.add(k.raycluster_of(tune))
+    submitter = lab.add(k.owned_by(k.job("tune", c=k.container(name="ray-job-submitter", gpus=0, memory="1Gi")), tune))
+    _fail(lab, submitter, {"conditions": k.failed_condition("BackoffLimitExceeded", "Job has reached the specified backoff limit", k.ago(seconds=12))})
+    _fail(lab, tune, {"jobDeploymentStatus": "Failed", "jobStatus": "FAILED", "reason": "AppFailed",
+                      "message": "Job entrypoint command failed with exit code 1, last available logs (truncated to 20,000 chars):\n"
+                                 "torch.distributed.elastic.multiprocessing.errors.ChildFailedError",
+                      "endTime": k.ts(k.ago(seconds=10)), "failed": 1, "succeeded": 0})
+
+
+def test_failed_operator_workloads_with_no_pods_left_are_one_failure_per_root_cause(lab):
+    operator_failures(lab)
+    b = lab.backend()
+    changes = b.changes_since(b.now() - timedelta(minutes=5), 45)
+    assert sorted((r.job, r.partition, r.state, r.reason) for r in changes.failed) == [
+        ("llama", "train", "Failed", "PyTorchJobFailed"),
+        ("rl-workers-0-0-q8x2d", "train", "Failed", "OOMKilled"),
+        ("sft", "train", "Failed", "FailedJobs"),
+        ("tune", "train", "Failed", "AppFailed")]
+    assert sorted(b.informer.workloads) == ["jobset", "pytorchjob", "raycluster", "rayjob"]
+    # Later polls watch the operators' objects from their lists' versions, as they do pods.
+    watched = {p for m, p, q, _ in lab.store.requests if q.get("watch") == ["true"]}
+    assert watched == set()
+    b.changes_since(b.now() - timedelta(minutes=5), 45)
+    watched = {p for m, p, q, _ in lab.store.requests if q.get("watch") == ["true"]}
+    assert {"/apis/kubeflow.org/v1/pytorchjobs", "/apis/jobset.x-k8s.io/v1alpha2/jobsets", "/apis/ray.io/v1/rayjobs"} <= watched
+
+
+def test_a_failed_workload_with_no_pod_says_so_when_asked_for_its_log(lab):
+    operator_failures(lab)
+    b = lab.backend()
+    with pytest.raises(ToolError, match=r"PyTorchJob llama failed \(PyTorchJobFailed: .*1 Worker replica\(s\) failed.*no pod left"):
+        b.run(REGISTRY.get("get_logs"), {"job": "train/llama"})
+
+
+def test_no_operator_installed_costs_one_discovery_and_a_late_install_is_noticed(lab, monkeypatch):
+    from crashcart.tools.backends.kubernetes import _client
+
+    lab.add(k.node("gpu-a01"))
+    b = lab.backend()
+    for _ in range(3):
+        assert b.changes_since(b.now() - timedelta(minutes=5), 45).failed == []
+    assert b.informer.workloads == {}
+    assert [p for m, p, q, _ in lab.store.requests if p == "/apis"] == ["/apis"]  # asked once, not per poll
+    assert not [p for m, p, q, _ in lab.store.requests if p.startswith("/apis/kubeflow.org")]
+    lab.store.install_crd("pytorchjobs")
+    pj = lab.add(k.pytorchjob("late"))
+    _fail(lab, pj, {"conditions": [{"type": "Failed", "status": "True", "reason": "PyTorchJobFailed",
+                                    "message": "PyTorchJob train/late is failed because 1 Master replica(s) failed.",
+                                    "lastTransitionTime": k.ts(k.ago(seconds=5))}]})
+    monkeypatch.setattr(_client, "REDISCOVER_SECONDS", 0)
+    assert [r.job for r in b.changes_since(b.now() - timedelta(minutes=5), 45).failed] == ["late"]
+
+
+def test_the_watcher_opens_one_incident_per_failed_workload_and_none_again(lab, tmp_path):
+    operator_failures(lab)
+    b = lab.backend()
+    store = IncidentStore(str(tmp_path / "ops.duckdb"))
+    observe = {**ALLOW_ALL, "mode": "observe"}
+    watcher = Watcher(make_deps(b, make_policy("playbook"), policy_from_dict(observe), store, cluster="loopback"),
+                      cluster="loopback", settings=WatchSettings(interval_s=0))
+    store.set_watch_cursor("loopback", b.now() - timedelta(minutes=5))
+    before = lab.snapshot()
+    touched = watcher.poll_once()
+    assert len(touched) == 4  # llama, sft (its two Jobs with it), rl (its pod speaks), tune (its RayCluster and submitter with it)
+    assert watcher.poll_once() == []
+    assert lab.snapshot() == before  # observe mode: every write denied

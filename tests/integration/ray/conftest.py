@@ -20,6 +20,7 @@ import pytest
 
 HARNESS = Path(__file__).resolve().parents[2] / "harness"
 sys.path.insert(0, str(HARNESS))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "kubernetes"))  # kubeseed, for KubeRay
 
 from raylab import RayLab  # noqa: E402
 
@@ -53,3 +54,30 @@ def ray_lab() -> RayLab:
     finally:
         ray_local.down(root)
         shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture
+def kuberay(tmp_path):
+    """A loopback API server with one GPU node running a KubeRay head pod at 127.0.0.1."""
+    from kube_apiserver import KubeApiServer
+    from kubeseed import node, pod
+
+    server = KubeApiServer().start()
+    store = server.store
+    store.create(store.resource_of("v1", "Node"), None, node("gpu-a01"))
+    head = pod("raycluster-train-head-7xk2p", namespace="ray", node_name="gpu-a01",
+               labels={"ray.io/is-ray-node": "yes", "ray.io/node-type": "head", "ray.io/cluster": "raycluster-train"})
+    head["status"].update(podIP="127.0.0.1", podIPs=[{"ip": "127.0.0.1"}])
+    store.create(store.resource_of("v1", "Pod"), "ray", head)
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(f"""apiVersion: v1
+kind: Config
+clusters: [{{name: loopback, cluster: {{server: "{server.url}"}}}}]
+contexts: [{{name: loopback, context: {{cluster: loopback, user: crashcart}}}}]
+current-context: loopback
+users: [{{name: crashcart, user: {{}}}}]
+""")
+    try:
+        yield server, {"connection": {"kubeconfig": str(kubeconfig), "context": "loopback"}}
+    finally:
+        server.stop()

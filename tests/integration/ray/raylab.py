@@ -114,3 +114,10 @@ def new_job(state: dict[str, Any]) -> str:
     assert done, f"no resubmit was allowed: {[(a['tool'], a['decision'], a.get('reason')) for a in actions(state)]}"
     assert done[0]["result"], f"resubmit failed: {done[0].get('error')}"
     return done[0]["result"]["new_job"]
+
+
+def kubernetes_settings(data: dict[str, Any]):
+    """The `ray.kubernetes` section of a KubeRay cluster's config, validated."""
+    from crashcart.tools.backends.kubernetes import KubernetesSettings
+
+    return KubernetesSettings.model_validate(data)

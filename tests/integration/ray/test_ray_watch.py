@@ -110,7 +110,11 @@ def test_crashcart_watch_with_a_ray_cluster_yaml_in_dry_run(ray_lab: RayLab, tmp
                       f"gcs: '{ray_lab.head.gcs_address}'}}\nguard: {{mode: dry_run}}\n")
     before = ray_lab.snapshot()
     crashcart = str(Path(sys.executable).with_name("crashcart"))
-    done = subprocess.run([crashcart, "watch", "--cluster", str(config), "--polls", "1", "--lookback-minutes", "0.5",
+    # Half a minute before this job ended (on a loaded machine the CLI may start a while after).
+    import time
+
+    lookback = (time.time() - ray_lab.jobs.get_job_info(job).end_time / 1000 + 30) / 60
+    done = subprocess.run([crashcart, "watch", "--cluster", str(config), "--polls", "1", "--lookback-minutes", f"{lookback:.2f}",
                            "--state-dir", str(tmp_path / "state")], capture_output=True, text=True, timeout=240,
                           env={**os.environ, **ray_lab.head.client_env()})
     assert done.returncode == 0, done.stderr[-2000:]

@@ -19,13 +19,17 @@ import yaml
 from crashcart.tools import render
 from crashcart.tools._spec import ToolError
 from crashcart.tools.backends.base import LiveBackend, ClusterChanges
+from crashcart.tools.backends.kubernetes import _dcgm as dcgm
+from crashcart.tools.backends.kubernetes import _kueue as kueue
 from crashcart.tools.backends.kubernetes import _parse as parse
-from crashcart.tools.backends.kubernetes._client import EVENT, JOB, NODE, POD, WORKLOADS, Absent, Api, Kind, NotFound
+from crashcart.tools.backends.kubernetes._client import (
+    EVENT, JOB, LOCALQUEUE, NODE, POD, WORKLOADS, Absent, Api, Kind, NotFound,
+)
 from crashcart.tools.backends.kubernetes._config import KubernetesSettings
 from crashcart.tools.backends.slurm._jobfiles import JobFiles
 from crashcart.tools.catalog import (
     ConfigOutput, DescribeInput, DescribeOutput, EventsInput, EventsOutput, GpuOutput, HistoryInput, JobInput,
-    JobsOutput, ListJobsInput, LogOutput, LogsInput, MetricsInput, NodeInput, NodeLogInput, NodeLogOutput,
+    JobRow, JobsOutput, ListJobsInput, LogOutput, LogsInput, MetricsInput, NodeInput, NodeLogInput, NodeLogOutput,
     NodesOutput, ProgressOutput, SinfoInput,
 )
 from crashcart.tools.cluster import Job, Node
@@ -105,7 +109,8 @@ class KubernetesBackend(LiveBackend):
             raise ToolError(f"job {job_id!r} names pods in several namespaces ({where}); say which as namespace/name")
         if pods:
             return Subject(pods[0], self.root_workload(pods[0]), None)
-        for kind in [JOB, *WORKLOADS.values()]:
+        served = self.api.groups(refresh=True)  # one GET /apis: only installed operators are asked
+        for kind in [JOB, *(k for k in WORKLOADS.values() if k.group in served)]:
             try:
                 found = self.api.list(kind, namespace, fields=f"metadata.name={name}")[0]
             except Absent:
@@ -222,7 +227,11 @@ class KubernetesBackend(LiveBackend):
 
     def read_log(self, s: Subject, previous: bool = False, since: datetime | None = None) -> list[str]:
         if s.pod is None:
-            raise ToolError(f"{s.kind.kind if s.kind else 'workload'} {parse.meta(s.workload)['name']} has no pod yet, so no log")
+            what = f"{s.kind.kind if s.kind else 'workload'} {parse.meta(s.workload)['name']}"
+            if why := parse.workload_failure(s.workload):
+                raise ToolError(f"{what} failed ({why[0]}: {why[1]}) and has no pod left, so no log; "
+                                "its status and events say why (kubectl_describe)")
+            raise ToolError(f"{what} has no pod yet, so no log")
         m = parse.meta(s.pod)
         since_seconds = max(1, int((self.now() - render.aware(since)).total_seconds())) if since else None
         text = self.api.log(m["namespace"], m["name"], parse.main_container(s.pod).get("name"), previous=previous,
@@ -301,6 +310,8 @@ class KubernetesBackend(LiveBackend):
                 raise ToolError(f'pods "{a.name}" not found' + (f' in namespace "{a.namespace}"' if a.namespace else ""))
             job = self.pod_as_job(s.pod, s.workload)
             lines = render.describe_pod_lines(job, self.events_about("Pod", a.name, s.namespace), now)
+        elif a.kind in ("workload", "clusterqueue"):
+            return self._describe_kueue(a)
         else:
             kind = JOB if a.kind == "job" else WORKLOADS[a.kind]
             try:
@@ -318,8 +329,76 @@ class KubernetesBackend(LiveBackend):
                 job = job.model_copy(update={"nodes": sorted({p["spec"]["nodeName"] for p in self.pods_of(obj)
                                                                if (p.get("spec") or {}).get("nodeName")})})
             lines = render.describe_resource_lines(a.kind, job, self.events_about(kind.kind, a.name, job.partition), now)
+            if queued := kueue.workload_of(self.api.list_if_served(WORKLOADS["workload"], job.partition), obj):
+                # Kueue holds the job (suspended) until its Workload is admitted: its reason goes first.
+                lines = kueue.workload_summary(queued) + lines
         text, truncated = self._bounded(lines)
         return DescribeOutput(kind=a.kind, name=a.name, text=text, truncated=truncated, job=parse.job_row(job))
+
+    def _describe_kueue(self, a: DescribeInput) -> DescribeOutput:
+        kind = WORKLOADS[a.kind]
+        try:
+            if a.kind == "clusterqueue":
+                obj = self._clusterqueue(a.name)
+                summary = kueue.clusterqueue_summary(obj)
+                events = self.events_about("ClusterQueue", a.name, NODE_EVENTS)
+            else:
+                obj = self._kueue_workload(a.name, a.namespace)
+                summary = kueue.workload_summary(obj) + self._queue_of(obj)
+                events = self.events_about("Workload", parse.meta(obj)["name"], parse.meta(obj).get("namespace"))
+        except Absent:
+            raise ToolError(f"Kueue is not installed on this cluster (discovery lists no {kind.plural}.{kind.group}); "
+                            "describe the job or its pods instead") from None
+        lines = summary + render.describe_object_lines(obj, events, self.now())
+        text, truncated = self._bounded(lines)
+        row = None
+        if a.kind == "workload":
+            state, reason, _ = kueue.workload_state(obj)
+            m = parse.meta(obj)
+            row = JobRow(job=m["name"], name=(parse.owner(obj) or {}).get("name"), partition=m.get("namespace"),
+                         state=state, reason=reason, submit_time=parse.when(m.get("creationTimestamp")))
+        return DescribeOutput(kind=a.kind, name=a.name, text=text, truncated=truncated, job=row)
+
+    def _clusterqueue(self, name: str) -> dict[str, Any]:
+        kind = WORKLOADS["clusterqueue"]
+        try:
+            return self.api.get(kind, None, name)
+        except NotFound:
+            known = [parse.meta(q)["name"] for q in self.api.list(kind)[0]]
+            raise ToolError(f'clusterqueues.kueue.x-k8s.io "{name}" not found (known: {_known(known)})') from None
+
+    def _kueue_workload(self, name: str, namespace: str | None) -> dict[str, Any]:
+        """A Workload by its own name, or the one queuing the job of that name."""
+        kind = WORKLOADS["workload"]
+        found = self.api.list(kind, namespace, fields=f"metadata.name={name}")[0]
+        if not found:
+            found = [w for w in self.api.list(kind, namespace)[0]
+                     if any(r.get("name") == name for r in parse.meta(w).get("ownerReferences") or [])]
+        if not found:
+            raise ToolError(f'workloads.kueue.x-k8s.io "{name}" not found, nor a Workload queuing a job of that name'
+                            + (f' in namespace "{namespace}"' if namespace else ""))
+        if len(found) > 1:
+            where = ", ".join(f"{parse.meta(w).get('namespace')}/{parse.meta(w)['name']}" for w in found)
+            raise ToolError(f"{name!r} names several Kueue Workloads ({where}); say which with namespace")
+        return found[0]
+
+    def _queue_of(self, wl: dict[str, Any]) -> list[str]:
+        """The quota a Workload waits for or holds: its ClusterQueue's (through its LocalQueue when not yet admitted)."""
+        cq = ((wl.get("status") or {}).get("admission") or {}).get("clusterQueue")
+        if not cq and (lq := (wl.get("spec") or {}).get("queueName")):
+            try:
+                cq = (self.api.get(LOCALQUEUE, parse.meta(wl).get("namespace"), lq).get("spec") or {}).get("clusterQueue")
+            except NotFound:
+                return [f"[crashcart: LocalQueue {lq} does not exist in namespace {parse.meta(wl).get('namespace')}: "
+                        "Kueue cannot admit a workload sent to it]"]
+            except Absent:
+                return []
+        if not cq:
+            return []
+        try:
+            return kueue.clusterqueue_summary(self.api.get(WORKLOADS["clusterqueue"], None, cq))
+        except NotFound:
+            return [f"[crashcart: ClusterQueue {cq} does not exist]"]
 
     def _tool_kubectl_events(self, a: EventsInput) -> EventsOutput:
         fields = ["type=Warning"] if a.warnings_only else []
@@ -396,9 +475,44 @@ class KubernetesBackend(LiveBackend):
                             f"exited {rc}: {err.strip()[-300:]}")
         return out
 
+    def _dcgm(self, node: str) -> tuple[str, list, dict[int, int], str | None] | None:
+        """The DCGM exporter's reading of `node`: (where, samples, last Xid per GPU, model), or
+        None when no exporter is configured."""
+        dc = self.settings.node_access.dcgm_exporter
+        if dc is None:
+            return None
+        pods = self.api.list(POD, dc.namespace, labels=dc.selector, fields=f"spec.nodeName={node}")[0]
+        if not pods:
+            raise ToolError(f"no DCGM exporter pod ({dc.selector} in namespace {dc.namespace}) runs on node {node}, "
+                            "so its GPU metrics cannot be read")
+        m = parse.meta(pods[0])
+        where = f"pod {m['namespace']}/{m['name']}:{dc.port}{dc.path}"
+        text = self.api.call("GET", f"{self.api.path(POD, m['namespace'], m['name'])}:{dc.port}/proxy{dc.path}",
+                             what=f"the DCGM exporter's metrics ({where})")
+        try:
+            found, xids, model = dcgm.gpu_samples(text if isinstance(text, str) else str(text), node, self.now())
+        except dcgm.MetricsError as e:
+            raise ToolError(f"the DCGM exporter's metrics ({where}) cannot be read: {e}") from None
+        return where, found, xids, model
+
+    @staticmethod
+    def _xid_lines(xids: dict[int, int]) -> list[str]:
+        reported = {i: x for i, x in sorted(xids.items()) if x}
+        if not xids:
+            return []
+        if not reported:
+            return ["Last Xid per GPU (DCGM_FI_DEV_XID_ERRORS): none reported"]
+        return ["Last Xid per GPU (DCGM_FI_DEV_XID_ERRORS): " + ", ".join(f"GPU {i}: Xid {x}" for i, x in reported.items())]
+
     def _tool_nvidia_smi_query(self, a: NodeInput) -> GpuOutput:
         self.node(a.node)
         out = self._node_exec(a.node, ["nvidia-smi", f"--query-gpu={render.NVIDIA_SMI_QUERY}", "--format=csv"], "nvidia-smi")
+        if out is None and (read := self._dcgm(a.node)):
+            where, found, xids, model = read
+            lines = [f"# no node access for nvidia-smi: the same fields from the DCGM exporter ({where})",
+                     *render.nvidia_smi_csv(found, model), *self._xid_lines(xids)]
+            text, truncated = self._bounded(lines)
+            return GpuOutput(node=a.node, text=text, truncated=truncated, gpus=found)
         if out is None:
             return GpuOutput(node=a.node, text=self._unavailable(a.node, "nvidia-smi"), gpus=[])
         from crashcart.tools.backends.slurm._parse import nvidia_smi_samples
@@ -409,15 +523,34 @@ class KubernetesBackend(LiveBackend):
 
     def _tool_gpu_metrics(self, a: MetricsInput) -> GpuOutput:
         self.node(a.node)
-        return GpuOutput(node=a.node, gpus=[], text=(
-            f"No GPU samples for node {a.node}: crashcart reads no DCGM exporter history on this cluster; "
-            "only the live reading (nvidia_smi_query) is available, and only with node access configured."))
+        read = self._dcgm(a.node)
+        if read is None:
+            return GpuOutput(node=a.node, gpus=[], text=(
+                f"No GPU samples for node {a.node}: GPU metrics are not available on this cluster "
+                "(kubernetes.node_access.dcgm_exporter names the DCGM exporter to read them from)."))
+        where, found, xids, _ = read
+        now = self.now()
+        if (a.until and render.aware(a.until) < now - timedelta(minutes=1)) or (a.since and render.aware(a.since) > now):
+            return GpuOutput(node=a.node, gpus=[], text=(
+                f"No GPU samples for node {a.node} in that window: the DCGM exporter ({where}) serves only the "
+                f"current reading ({render.iso_z(now)}), no history."))
+        if not found:
+            return GpuOutput(node=a.node, gpus=[], text=f"The DCGM exporter ({where}) reported no GPU of node {a.node}.")
+        lines = [f"# DCGM exporter {where}: the current reading (it keeps no history)",
+                 *render.gpu_metrics_table(found, now), *self._xid_lines(xids)]
+        text, truncated = self._bounded(lines, pinned=2)
+        return GpuOutput(node=a.node, text=text, truncated=truncated, gpus=found)
 
     def _tool_kernel_log(self, a: NodeLogInput) -> NodeLogOutput:
         self.node(a.node)
         out = self._node_exec(a.node, ["dmesg", "-T"], "the kernel log")
         if out is None:
-            return NodeLogOutput(node=a.node, text=self._unavailable(a.node, "the kernel log"), total_lines=0)
+            text = self._unavailable(a.node, "the kernel log")
+            if read := self._dcgm(a.node):
+                # Not the kernel log, but the one kernel-log fact the exporter carries.
+                text += "\n" + "\n".join(self._xid_lines(read[2]) or ["(the DCGM exporter reports no Xid field)"]) \
+                    + f" [from the DCGM exporter, {read[0]}]"
+            return NodeLogOutput(node=a.node, text=text, total_lines=0)
         text, truncated, total = render.bound_lines(out.splitlines(), a.tail, a.grep, a.since,
                                                     render.kernel_log_stamp(self.now()))
         return NodeLogOutput(node=a.node, text=text, truncated=truncated, total_lines=total)

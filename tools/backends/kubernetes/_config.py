@@ -39,8 +39,26 @@ class Connection(_Strict):
         return self
 
 
+class DcgmExporter(_Strict):
+    """NVIDIA's DCGM exporter DaemonSet, read through the API server's pod proxy (RBAC: get pods/proxy)."""
+
+    namespace: str = "gpu-operator"
+    selector: str = "app=nvidia-dcgm-exporter"
+    """Label selector of the exporter's pods (one per GPU node)."""
+    port: int = Field(9400, ge=1, le=65535)
+    path: str = "/metrics"
+
+    @model_validator(mode="after")
+    def _checked(self) -> DcgmExporter:
+        if not self.selector.strip():
+            raise ValueError("node_access.dcgm_exporter needs a selector (the exporter pods' labels)")
+        if not self.path.startswith("/"):
+            raise ValueError(f"node_access.dcgm_exporter.path {self.path!r} must start with /")
+        return self
+
+
 class NodeAccess(_Strict):
-    """How node commands (nvidia-smi, the kernel log) reach a node."""
+    """How node commands (nvidia-smi, the kernel log) reach a node, and where GPU metrics come from."""
 
     method: Literal["daemonset", "none"] = "none"
     """daemonset: exec in the pod a DaemonSet runs on every GPU node (e.g. the GPU operator's
@@ -49,6 +67,8 @@ class NodeAccess(_Strict):
     selector: str = "app=nvidia-driver-daemonset"
     """Label selector of the DaemonSet's pods."""
     container: str | None = None
+    dcgm_exporter: DcgmExporter | None = None
+    """Where gpu_metrics reads each GPU's fields (and the last Xid); none: reported as unavailable."""
 
     @model_validator(mode="after")
     def _selector_needed(self) -> NodeAccess:

@@ -214,6 +214,24 @@ def workload_job(obj: dict[str, Any], kind: str, user_labels: list[str]) -> Job:
                config=workload_config(obj))
 
 
+def workload_failure(obj: dict[str, Any]) -> tuple[str, str, datetime | None] | None:
+    """(reason, message, when) of a workload that failed as a whole, wherever its operator
+    says so: a Failed condition (batch Job: BackoffLimitExceeded, DeadlineExceeded; PyTorchJob,
+    MPIJob, JobSet), a RayJob's jobDeploymentStatus, a Volcano job's state; None otherwise."""
+    st = obj.get("status") or {}
+    failed = next((c for c in st.get("conditions") or [] if c.get("type") == "Failed" and c.get("status") == "True"), None)
+    if failed:
+        return (failed.get("reason") or f"{obj.get('kind', 'Workload')}Failed", failed.get("message") or "",
+                when(failed.get("lastTransitionTime")))
+    if st.get("jobDeploymentStatus") == "Failed":  # KubeRay RayJob
+        return (st.get("reason") or "RayJobFailed", st.get("message") or "",
+                when(st.get("endTime")) or when(st.get("startTime")))
+    state = st.get("state")
+    if isinstance(state, dict) and state.get("phase") == "Failed":  # Volcano batch.volcano.sh Job
+        return state.get("reason") or "Failed", state.get("message") or "", when(state.get("lastTransitionTime"))
+    return None
+
+
 def pod_templates(obj: dict[str, Any]) -> list[tuple[str, dict[str, Any], int]]:
     """Every pod template in a workload manifest, wherever the operator keeps it (a Job's
     spec.template, PyTorchJob replica specs, a RayJob's head and worker groups, a JobSet's

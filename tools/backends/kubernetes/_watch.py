@@ -6,8 +6,15 @@ when nothing changed) and applies the events to the cache. A 410 Expired (the ve
 compacted away) relists. Only pods that look stuck pending cost extra requests: their
 FailedScheduling events, one field-selected request each.
 
-One incident per root cause: the pods of one workload that fail together are one failure
-(the first of them speaks for the rest).
+Workloads fail too, sometimes with no failed pod to show it (a Job past its deadline deletes
+its pods, a PyTorchJob's cleanPodPolicy removes them, a RayJob whose submission failed never
+had one): batch Jobs and the training operators' objects whose CRDs are installed are listed
+and watched alongside the pods, and a workload whose status says Failed is reported.
+
+One incident per root cause: pods, child Jobs and the operator object above them that fail
+together are one failure, grouped by the top of their ownerReferences (a JobSet's Jobs and
+their pods, a RayJob's RayCluster and its pods); the first failed pod speaks for the rest,
+else the topmost failed workload.
 
 Stalls: Kubernetes records no training progress, so a running GPU pod's own log is its
 heartbeat. The last line (with the kubelet's timestamp) of each running GPU pod old enough to
@@ -16,6 +23,7 @@ have stalled is read; a pod whose log moved is not read again until it could hav
 
 from __future__ import annotations
 
+import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -24,12 +32,15 @@ from crashcart.tools import render
 from crashcart.tools._spec import ToolError
 from crashcart.tools.backends.base import STUCK_PENDING_REASONS, ClusterChanges
 from crashcart.tools.backends.kubernetes import _parse as parse
-from crashcart.tools.backends.kubernetes._client import JOB, NODE, POD, Kind
+from crashcart.tools.backends.kubernetes._client import JOB, NODE, POD, WORKLOADS, Absent, Kind
 
 if TYPE_CHECKING:
     from crashcart.tools.backends.kubernetes._backend import KubernetesBackend
 
 FAILED = {"Failed", "CrashLoopBackOff"}
+WATCHED_WORKLOADS = ("pytorchjob", "mpijob", "jobset", "rayjob", "raycluster", "vcjob")
+"""Operator objects the watch keeps (where installed): those that fail as a whole, and the
+RayCluster that stands between a RayJob and its pods."""
 
 
 class Cache:
@@ -111,15 +122,71 @@ class Informer:
         self.pods = Caches(POD, spaces)
         self.nodes = Caches(NODE, spaces)
         self.jobs = Caches(JOB, spaces)
+        self.workloads: dict[str, Caches] = {}
+        """The training operators' objects, one Caches per installed CRD (found by discovery)."""
         self.quiet_until: dict[str, datetime] = {}
         """Pods whose log moved recently: not read again before this time."""
 
+    def _served_workloads(self) -> None:
+        """Start keeping each operator's objects once discovery finds its CRD (checked again
+        only every REDISCOVER_SECONDS while absent)."""
+        api = self.b.api
+        groups: set[str] | None = None
+        for name in WATCHED_WORKLOADS:
+            if name in self.workloads:
+                continue
+            kind = WORKLOADS[name]
+            key = f"{kind.plural}.{kind.group}"
+            if key in api.absent and not api.absent_expired(key):
+                continue
+            if groups is None:  # one look at /apis for every operator not yet seen
+                groups = api.groups(refresh=bool(api.absent))
+            if kind.group not in groups:
+                api.absent[key] = time.monotonic()
+                continue
+            try:
+                served = api.served(kind)
+            except Absent:
+                continue
+            self.workloads[name] = Caches(served, self.b.settings.namespaces)
+
     def sync(self) -> None:
         seconds = self.b.settings.watch_seconds
-        # The watches wait side by side: a poll costs one watch window, not three.
-        with ThreadPoolExecutor(max_workers=3) as pool:
-            for f in [pool.submit(c.sync, self.b.api, seconds) for c in (self.pods, self.nodes, self.jobs)]:
-                f.result()
+        self._served_workloads()
+        caches = {"pods": self.pods, "nodes": self.nodes, "jobs": self.jobs, **self.workloads}
+        # The watches wait side by side: a poll costs one watch window, not one per resource.
+        with ThreadPoolExecutor(max_workers=len(caches)) as pool:
+            futures = {name: pool.submit(c.sync, self.b.api, seconds) for name, c in caches.items()}
+            for name, f in futures.items():
+                try:
+                    f.result()
+                except Absent:
+                    # The operator was uninstalled: its objects are gone with its CRD.
+                    self.workloads.pop(name, None)
+
+    def _roots(self) -> dict[str, dict[str, Any]]:
+        """uid -> the object at the top of its ownerReferences, over the workloads kept."""
+        by_uid = {parse.meta(o).get("uid"): o for c in (self.jobs, *self.workloads.values()) for o in c.objects.values()}
+
+        def top(obj: dict[str, Any]) -> dict[str, Any]:
+            for _ in range(5):
+                ref = parse.owner(obj)
+                parent = by_uid.get((ref or {}).get("uid"))
+                if parent is None:
+                    break
+                obj = parent
+            return obj
+
+        return {uid: top(o) for uid, o in by_uid.items()}
+
+    def root_key(self, obj: dict[str, Any], roots: dict[str, dict[str, Any]]) -> str:
+        """namespace/name of the workload at the top of `obj`'s owners (a bare pod: itself)."""
+        m = parse.meta(obj)
+        ref = parse.owner(obj)
+        top = roots.get(m.get("uid")) or roots.get((ref or {}).get("uid"))
+        name = parse.meta(top)["name"] if top is not None else (
+            parse.workload_name(obj) if obj.get("kind", "Pod") == "Pod" else m["name"])
+        return f"{m.get('namespace')}/{name}"
 
     def changes_since(self, since: datetime, stall_minutes: float) -> ClusterChanges:
         self.sync()
@@ -128,13 +195,18 @@ class Informer:
         changes = ClusterChanges(now=now)
         labels = self.b.settings.user_labels
         seen_workloads: set[str] = set()
+        reported: set[str] = set()
+        roots = self._roots()
         pending_after = timedelta(minutes=self.b.settings.pending_minutes)
         for pod in sorted(self.pods.objects.values(), key=lambda p: parse.meta(p).get("creationTimestamp") or ""):
             state, reason, _, ended = parse.pod_state(pod)
             if state in FAILED:
+                group = self.root_key(pod, roots)
                 if ended is None or ended <= since:
+                    if ended is not None:
+                        # Reported by an earlier poll: its workload failing now is the same failure.
+                        reported.add(group)
                     continue
-                group = f"{parse.meta(pod).get('namespace')}/{parse.workload_name(pod)}"
                 if group in seen_workloads:
                     continue
                 seen_workloads.add(group)
@@ -149,16 +221,7 @@ class Informer:
                     reason == "Unschedulable" and now - created >= pending_after and self._failed_scheduling(pod))
                 if stuck:
                     changes.pending.append(parse.job_row(parse.pod_job(pod, labels, config={})))
-        for job in self.jobs.objects.values():
-            # A Job that failed with no failed pod left to show it (DeadlineExceeded deletes them).
-            failed = next((c for c in (job.get("status") or {}).get("conditions") or []
-                           if c.get("type") == "Failed" and c.get("status") == "True"), None)
-            group = f"{parse.meta(job).get('namespace')}/{parse.meta(job)['name']}"
-            if failed and group not in seen_workloads and (parse.when(failed.get("lastTransitionTime")) or now) > since:
-                seen_workloads.add(group)
-                row = parse.workload_job(job, "Job", labels).model_copy(
-                    update={"end_time": parse.when(failed.get("lastTransitionTime")), "config": {}})
-                changes.failed.append(parse.job_row(row))
+        changes.failed += self.failed_workloads(since, now, roots, seen_workloads | reported)
         changes.stalled = self.stalled(now, timedelta(minutes=stall_minutes))
         running = {(p.get("spec") or {}).get("nodeName") for p in self.pods.objects.values()
                    if (p.get("status") or {}).get("phase") == "Running"}
@@ -167,6 +230,28 @@ class Informer:
             if node.state in ("down", "not_ready"):
                 changes.nodes_down.append(parse.node_row(node))
         return changes
+
+    def failed_workloads(self, since: datetime, now: datetime, roots: dict[str, dict[str, Any]],
+                         seen: set[str]) -> list:
+        """Workloads that failed with no failed pod left to speak for them: the topmost failed
+        object of each root cause (a JobSet, not each of its Jobs)."""
+        failed = []
+        for cache in (self.jobs, *self.workloads.values()):
+            for obj in cache.objects.values():
+                if (why := parse.workload_failure(obj)) and (why[2] or now) > since:
+                    failed.append((obj, why))
+        # Topmost first: a JobSet before its Jobs, a RayJob before its RayCluster.
+        failed.sort(key=lambda f: (roots.get(parse.meta(f[0]).get("uid")) is not f[0], f[1][2] or now))
+        rows = []
+        for obj, (reason, _, ended) in failed:
+            group = self.root_key(obj, roots)
+            if group in seen:
+                continue
+            seen.add(group)
+            job = parse.workload_job(obj, obj.get("kind", ""), self.b.settings.user_labels)
+            rows.append(parse.job_row(job.model_copy(update={"state": "Failed", "reason": reason, "end_time": ended,
+                                                             "config": {}})))
+        return rows
 
     def stalled(self, now: datetime, stall: timedelta) -> list:
         rows, budget = [], self.b.settings.stall_check_pods

@@ -9,7 +9,9 @@ agent cannot tell them apart. Writes and the guard's facts live in `_actions.py`
 
 A job's id is its submission id (`raysubmit_...` or the one it was submitted with).
 Under KubeRay (a `kubernetes:` section in the ray settings) the kubectl_* tools answer
-from the Kubernetes backend; otherwise they say there is no Kubernetes API to ask.
+from the Kubernetes backend, ray_job_status adds what the job's RayJob and RayCluster say
+(`_kuberay.py`), and the watch reports RayJobs the operator failed before the head ran them;
+otherwise the kubectl_* tools say there is no Kubernetes API to ask.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from typing import Any
 from crashcart.tools import render
 from crashcart.tools._spec import ToolError, ToolInput
 from crashcart.tools.backends.base import LiveBackend, ClusterChanges
+from crashcart.tools.backends.ray import _kuberay as kuberay
 from crashcart.tools.backends.ray import _parse as parse
 from crashcart.tools.backends.ray._client import RayClient
 from crashcart.tools.backends.ray._config import RaySettings
@@ -200,8 +203,29 @@ class RayBackend(LiveBackend):
 
     # --- read tools: jobs ------------------------------------------------------------------
 
+    def kuberay_lines(self, job: str) -> tuple[dict[str, Any] | None, list[str]]:
+        """Under KubeRay, the RayJob behind `job` and what it and its RayCluster say."""
+        if not self.kube:
+            return None, []
+        try:
+            rj = kuberay.rayjob_for(self.kube, job)
+            return rj, (kuberay.lines(self.kube, rj) if rj else [])
+        except ToolError as e:
+            return None, ["", f"KubeRay: the RayJob behind this job could not be read ({e})"]
+
     def _tool_ray_job_status(self, a: JobInput) -> RayJobOutput:
-        d = self.details(a.job)
+        try:
+            d = self.details(a.job)
+        except ToolError:
+            # A RayJob that failed before the head ran anything is known only to Kubernetes.
+            rj, lines = self.kuberay_lines(a.job)
+            if rj is None:
+                raise
+            row = kuberay.failed_row(rj, self.kube.settings.user_labels)
+            status = row.state if row else str((rj.get("status") or {}).get("jobStatus") or "PENDING")
+            text, truncated = self._bounded([f"The Ray head has no job {a.job!r}; its RayJob says:", *lines[1:]])
+            return RayJobOutput(job=a.job, status=status, message=(rj.get("status") or {}).get("message"),
+                                text=text, truncated=truncated, row=row)
         row = self.row(d)
         lines = parse.status_lines(d)
         if d.get("driver_exit_code") is not None:
@@ -218,6 +242,7 @@ class RayBackend(LiveBackend):
                 said = [f"(the driver log could not be read: {e})"]
             if said:
                 lines += ["", "Autoscaler messages in the driver log:", *[_no_ansi(l) for l in said[-5:]]]
+        lines += self.kuberay_lines(a.job)[1]
         text, truncated = self._bounded([_no_ansi(l) for l in lines])
         return RayJobOutput(job=a.job, status=row.state, message=_no_ansi(d.get("message") or "") or None,
                             text=text, truncated=truncated, row=row)
@@ -386,6 +411,13 @@ class RayBackend(LiveBackend):
             if str(d.get("status")).upper() in parse.FAILED and parse.job_id(d) and (end := parse.when(d.get("end_time"))) \
                     and end > since:
                 changes.failed.append(parse.job_row(d, names))
+        if self.kube:
+            # RayJobs the operator failed before the head ever ran them (or after it went away).
+            known = {parse.job_id(d) for d in details}
+            for rj in kuberay.rayjobs(self.kube):
+                row = kuberay.failed_row(rj, self.kube.settings.user_labels)
+                if row and row.job not in known and row.end_time and row.end_time > since:
+                    changes.failed.append(row)
         changes.pending = self._unschedulable(details, names)
         changes.stalled = self._stalled(details, names, now, timedelta(minutes=stall_minutes))
         changes.nodes_down = [n.row() for n in self.nodes() if n.state == "down" and _unplanned(n)]
