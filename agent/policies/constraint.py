@@ -9,6 +9,7 @@ or simply every GPU busy. The answer names which one, with the arithmetic, and t
 from __future__ import annotations
 
 import re
+from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from statistics import median
@@ -19,6 +20,9 @@ from crashcart.agent.policies.evidence import Evidence, _time
 
 OUT_OF_SERVICE = {"down", "drain", "drained", "draining", "cordoned", "not_ready", "notready", "dead"}
 GROUP_LIMIT_REASON = re.compile(r"^(QOS|Assoc)Grp(GRES|TRES|Node|Cpu|Mem)", re.I)
+# Kueue's workload condition when its ClusterQueue cannot admit it (v0.4 onwards).
+KUEUE_QUOTA_REASON = re.compile(
+    r"insufficient unused quota for (?P<resource>\S+) in flavor (?P<flavor>[^\s,]+), (?P<more>\d+) more needed")
 PEAK_SHARE = 0.5
 """An hour is part of the peak when at least this share of the worst hour's GPUs wait."""
 LOW_FAIRSHARE = 0.25
@@ -126,7 +130,7 @@ def _qos_cap(ev: Evidence, rows: list[dict[str, Any]], demand: HourlyDemand, idl
              if not a.get("user")]
     caps = [c for c in caps if c[1]]
     if not caps:
-        return None
+        return _group_limit_from_reasons(ev, rows, idle)
     for name, cap, kind in caps:
         key = "qos" if kind == "QOS" else "account"
         mine = [r for r in rows if r.get(key) == name]
@@ -146,6 +150,29 @@ def _qos_cap(ev: Evidence, rows: list[dict[str, Any]], demand: HourlyDemand, idl
     return None
 
 
+def _group_limit_from_reasons(ev: Evidence, rows: list[dict[str, Any]], idle: float) -> list[str] | None:
+    """No GrpTRES read from sacctmgr, but the waiting jobs' own pending reason (squeue %r) names a
+    group limit: the cap is then bounded by what the group's running jobs hold now."""
+    named = [r for r in rows if not _time(r.get("start_time"))
+             and GROUP_LIMIT_REASON.match(str(r.get("reason") or ""))]
+    if not named or ev.now is None:
+        return None
+    reason = Counter(str(r["reason"]) for r in named).most_common(1)[0][0]
+    kind, key = ("QOS", "qos") if reason.upper().startswith("QOS") else ("account", "account")
+    groups = sorted({str(r[key]) for r in named if r.get(key)})
+    members = [r for r in rows if r.get(key) in groups] if groups else []
+    held = _held_at(members, ev.now)
+    smallest = min((r.get("gpus") or 0 for r in named), default=0)
+    who = f"{kind} {', '.join(groups)}" if groups else f"their {kind}"
+    lines = [f"{len(named)} jobs of {who} wait with reason {reason}: the {kind}'s group limit (GrpTRES) "
+             "is reached, not the nodes"]
+    if members and held:
+        lines.append(f"the {kind}'s running jobs hold {held} GPUs now, so its cap is at least {held} and below "
+                     f"{held} + {smallest} = {held + smallest} (the smallest waiting request)")
+    lines.append(f"meanwhile {idle:.0f} GPUs were free while the jobs waited (median)")
+    return lines
+
+
 def _starts(rows: list[dict[str, Any]]) -> list[datetime]:
     return [t for r in rows if (t := _time(r.get("start_time")))]
 
@@ -159,7 +186,7 @@ def _held_at(rows: list[dict[str, Any]], t: datetime) -> int:
     return held
 
 
-def _kueue_quota(ev: Evidence) -> list[str] | None:
+def _kueue_quota(ev: Evidence, rows: list[dict[str, Any]], idle: float) -> list[str] | None:
     for q in ev.limits.get("cluster_queues") or []:
         ceiling = q["nominal_quota"] + (q.get("borrowing_limit") or 0)
         if q.get("pending_workloads") and q.get("reserved", 0) >= q["nominal_quota"]:
@@ -171,7 +198,24 @@ def _kueue_quota(ev: Evidence) -> list[str] | None:
                 + ")",
                 f"{q['pending_workloads']} workloads wait for quota while {q['admitted_workloads']} are admitted",
             ]
-    return None
+    return _kueue_quota_from_reasons(ev, rows, idle)
+
+
+def _kueue_quota_from_reasons(ev: Evidence, rows: list[dict[str, Any]], idle: float) -> list[str] | None:
+    """No ClusterQueue read, but Kueue's own message on the waiting workloads says their queue's
+    quota is used up: what the same namespaces' admitted workloads hold is that quota's use."""
+    held = [(r, m) for r in rows if not _time(r.get("start_time"))
+            if (m := KUEUE_QUOTA_REASON.search(str(r.get("reason") or "")))]
+    if not held or ev.now is None:
+        return None
+    namespaces = sorted({str(r["partition"]) for r, _ in held if r.get("partition")})
+    using = _held_at([r for r in rows if r.get("partition") in namespaces], ev.now)
+    resource, flavor = held[0][1]["resource"], held[0][1]["flavor"]
+    more = sum(int(m["more"]) for _, m in held)
+    return [f"{len(held)} workloads of {', '.join(namespaces) or 'the queue'} are not admitted: Kueue reports "
+            f"insufficient unused quota for {resource} in flavor {flavor} ({more} more needed in all)",
+            f"the admitted workloads there hold {using} GPUs: that is the ClusterQueue's quota in use, so the "
+            f"waiting ones stay suspended while {idle:.0f} GPUs sit free (median while they waited)"]
 
 
 def _autoscaler_max(ev: Evidence) -> list[str] | None:
@@ -242,7 +286,7 @@ def binding_constraint(ev: Evidence) -> tuple[str, list[str], dict[str, Any]]:
                     f"(median {idle:.0f} free of {total})")
     checks = [
         ("qos_cap", "a QOS/account GPU cap (GrpTRES)", lambda: _qos_cap(ev, scoped, demand, idle)),
-        ("kueue_quota", "the Kueue ClusterQueue quota", lambda: _kueue_quota(ev)),
+        ("kueue_quota", "the Kueue ClusterQueue quota", lambda: _kueue_quota(ev, scoped, idle)),
         ("autoscaler_max", "the autoscaler's max_workers", lambda: _autoscaler_max(ev)),
         ("fair_share", "fair share", lambda: _fair_share(ev, scoped, text, rows)),
     ]
