@@ -320,3 +320,74 @@ def _waited(r: dict[str, Any]) -> bool:
 def _row_of(f) -> dict[str, Any]:
     return {"job": f.job, "user": f.user, "partition": f.partition, "state": f.state, "reason": f.reason,
             "account": f.account, "qos": f.qos, "gpus": f.gpus, "submit_time": f.submit_time, "start_time": f.start_time, "end_time": f.end_time}
+
+
+# `ray status` as Ray 2.x prints it (also echoed into a driver's log): one section per header.
+_RAY_STATUS = re.compile(r"=+ Autoscaler status: [^\n]*=+\n")
+_SECTION = re.compile(r"^(Active|Idle|Pending|Recent failures|Usage|Demands|Pending Demands):\s*$")
+_USAGE = re.compile(r"^\s*(?P<used>[\d.]+)(?:[KMGT]i?B)?/(?P<total>[\d.]+)(?:[KMGT]i?B)? (?P<res>\w+)")
+_DEMAND = re.compile(r"^\s*(?P<bundle>\{[^}]*\})(?: \* (?P<n>\d+))?(?: \(\w+\))?: (?P<count>\d+)\+ pending (?P<kind>.+)$")
+_NODES = re.compile(r"^\s*(?P<count>\d+) (?P<type>\S+)\s*$")
+
+
+def ray_status(text: str) -> dict[str, Any] | None:
+    """The newest `ray status` block in a text: nodes per type (active, pending), recent failures,
+    resource usage and unmet demands. None when the text holds none."""
+    blocks = _RAY_STATUS.split(text)
+    if len(blocks) < 2:
+        return None
+    status: dict[str, Any] = {"active": {}, "pending": {}, "failures": [], "usage": {}, "demands": []}
+    section = None
+    for line in blocks[-1].splitlines():
+        if m := _SECTION.match(line.strip()):
+            section = m[1]
+            continue
+        if not line.strip() or line.strip().startswith(("(no ", "---")) or section is None:
+            continue
+        if section in {"Active", "Pending"} and (m := _NODES.match(line)):
+            status[section.lower()][m["type"]] = int(m["count"])
+        elif section == "Recent failures":
+            status["failures"].append(line.strip())
+        elif section == "Usage" and (m := _USAGE.match(line)):
+            status["usage"][m["res"]] = (float(m["used"]), float(m["total"]))
+        elif section in {"Demands", "Pending Demands"} and (m := _DEMAND.match(line)):
+            status["demands"].append(line.strip())
+    return status
+
+
+def autoscaler_at_max(ev: Evidence) -> tuple[str, list[str], dict[str, Any] | None]:
+    """One job waits for resources the cluster will not grow to give: the autoscaler launches no
+    node for its demand (none pending, no launch failure) while every GPU is held."""
+    docs = [d for d in ev.docs if d.source in {"log", "status_message"} or d.call.startswith("ray_autoscaler_status")]
+    status = next((st for d in reversed(docs) if (st := ray_status(d.text))), None)
+    job = next(iter(ev.focus_jobs()), None)
+    subject = f"job {job}" if job else "the jobs"
+    if not status:
+        return f"{subject} waits, and no `ray status` was seen to tell why.", [], None
+    used, total = status["usage"].get("GPU", (0.0, 0.0))
+    active = ", ".join(f"{n} {t}" for t, n in status["active"].items()) or "no nodes"
+    lines = [f"ray status: {active} active, no node pending and no launch failure, while "
+             f"{used:g} of {total:g} GPUs are in use",
+             *(f"unmet demand: {d}" for d in status["demands"][:3])]
+    bound = _configured_max(ev, status["active"])
+    if bound:
+        lines.insert(0, bound)
+    why = (bound or "the GPU node type is at the largest size the autoscaler may give it") + \
+        f"; every one of its {total:g} GPUs is held by running work"
+    return (f"{subject}: {why}. Nothing is broken: it starts when running work frees GPUs, or sooner if the node "
+            "type's maximum is raised.", lines, None)
+
+
+def _configured_max(ev: Evidence, active: dict[str, int]) -> str | None:
+    """The node type's max_workers as the autoscaler (ray_autoscaler_status) or the RayCluster's
+    worker group (maxReplicas) states it, when it was read and the type runs that many."""
+    for t in (ev.limits.get("autoscaler") or {}).get("node_types") or []:
+        if t.get("max_workers") and t.get("running", 0) >= t["max_workers"]:
+            return f"node type {t['name']} runs {t['running']} of max_workers={t['max_workers']}"
+    for config in ev.configs.values():
+        for key, value in config.items():
+            m = re.fullmatch(r"workerGroupSpecs\.(?P<g>[\w.-]+)\.maxReplicas", str(key))
+            if m and isinstance(value, int) and any(t.endswith(m["g"]) or t == m["g"] for t in active) \
+                    and active.get(m["g"], 0) >= value:
+                return f"worker group {m['g']} runs {active[m['g']]} of maxReplicas={value}"
+    return None

@@ -15,7 +15,7 @@ from typing import Any
 
 from crashcart.agent.policies import fanout
 from crashcart.agent.policies.capacity import demand_forecast, idle_gpus
-from crashcart.agent.policies.constraint import binding_constraint
+from crashcart.agent.policies.constraint import autoscaler_at_max, binding_constraint
 from crashcart.agent.policies.conditions import CONDITIONS, idle_gpu_nodes
 from crashcart.agent.policies.evidence import Evidence, RUNNING_STATES, build_evidence, call_key
 from crashcart.agent.policies.matching import LabelMatch, match_label, near_miss
@@ -41,6 +41,7 @@ ANALYSES = {
     "demand_forecast": lambda ev: (*demand_forecast(ev), None),
     "idle_gpus": lambda ev: (*idle_gpus(ev), None),
     "binding_constraint": binding_constraint,
+    "autoscaler_at_max": autoscaler_at_max,
 }
 
 
