@@ -154,10 +154,18 @@ def cpus_left_for_gpu_actors(ev: Evidence, job: str, captures: dict[str, str], m
         each = float(captures.get("cpu_each") or 1)
     except (KeyError, ValueError):
         return None
-    left = int(total - gpus * each)
     config = ev.configs.get(job, {})
-    current = next((v for k in load_key_table().settings["ray_data_cpu_stage_concurrency"].keys
-                    if isinstance(v := _config_value(config, k.key), (int, float)) and not isinstance(v, bool)), None)
+    table = load_key_table().settings
+    found = next(((k.key, v) for k in table["ray_data_cpu_stage_concurrency"].keys
+                  if isinstance(v := _config_value(config, k.key), (int, float)) and not isinstance(v, bool)), None)
+    key, current = found if found else (None, None)
+    # Each of the stage's tasks or actors takes its own num_cpus (the stage's own key first:
+    # preprocess_concurrency goes with preprocess_num_cpus), one CPU when it names none.
+    stage = key.rsplit("_concurrency", 1)[0] if key else None
+    sizes = [(k.key, v) for k in table["ray_data_cpu_stage_cpus"].keys
+             if isinstance(v := _config_value(config, k.key), (int, float)) and not isinstance(v, bool) and v > 0]
+    per_task = next((v for k, v in sizes if stage and k.startswith(f"{stage}_")), sizes[0][1] if len(sizes) == 1 else 1)
+    left = int((total - gpus * each) // per_task)
     return left if left >= 1 and (current is None or left < current) else None
 
 
