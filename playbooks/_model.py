@@ -188,6 +188,7 @@ ComputedValue = Literal[
     "partition_max_time",  # the MaxTime of the partition a job pends in for asking more (PartitionTimeLimit)
     "cpus_left_for_gpu_actors",  # Ray's CPU total less what the waiting GPU actors need
     "path_on_roomiest_disk",  # a spill/scratch path moved to the node's large empty local disk (df)
+    "cpus_per_worker_that_fit",  # a Ray worker bundle's CPUs cut to what the GPU nodes have per GPU
 ]
 
 

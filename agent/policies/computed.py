@@ -169,6 +169,40 @@ def cpus_left_for_gpu_actors(ev: Evidence, job: str, captures: dict[str, str], m
     return left if left >= 1 and (current is None or left < current) else None
 
 
+def cpus_per_worker_that_fit(ev: Evidence, job: str, captures: dict[str, str], margin: float | None) -> Any:
+    """The CPUs per worker that let every bundle of an infeasible request ({'CPU': c, 'GPU': g} * n)
+    fit: the GPU nodes' CPUs per GPU times g, less the request's other bundles (the trainer's).
+    The nodes' CPUs come from the autoscaler's node types when read, else from `ray status`'s CPU
+    and GPU totals. None when the GPUs themselves do not suffice (then CPUs are not the problem)."""
+    from crashcart.agent.policies.constraint import ray_status
+
+    try:
+        cpu_each, gpu_each, bundles = float(captures["cpu_each"]), float(captures["gpu_each"]), int(captures["bundles"])
+    except (KeyError, ValueError):
+        return None
+    if gpu_each <= 0:
+        return None
+    others = sum(float(c) for c in re.findall(r"\{'CPU': ([\d.]+)\} \* \d+", captures.get("request", "")))
+    types = [t for t in (ev.limits.get("autoscaler") or {}).get("node_types") or []
+             if (t.get("resources") or {}).get("GPU") and (t.get("resources") or {}).get("CPU")]
+    if types:
+        per_gpu = min(t["resources"]["CPU"] / t["resources"]["GPU"] for t in types)
+        gpus = sum(t["resources"]["GPU"] * max(t.get("running", 0), t.get("max_workers", 0)) for t in types)
+        fit = int(per_gpu * gpu_each)
+    else:
+        docs = [d for d in ev.docs if d.source == "log" and d.entity == f"job:{job}"]
+        status = next((st for d in reversed(docs) if (st := ray_status(d.text))), None)
+        cpus, gpus = (status or {}).get("usage", {}).get("CPU", (0, 0))[1], (status or {}).get("usage", {}).get("GPU", (0, 0))[1]
+        if not cpus or not gpus:
+            return None
+        # The cluster's CPUs per GPU after the request's other bundles: an upper bound when a
+        # GPU-less head holds CPUs too, which the arithmetic below keeps (floor, and the trainer's share out).
+        fit = int((cpus - others) / gpus * gpu_each)
+    if bundles * gpu_each > gpus or fit < 1 or fit >= cpu_each:
+        return None
+    return fit
+
+
 def path_on_roomiest_disk(ev: Evidence, job: str, captures: dict[str, str], margin: float | None) -> Any:
     """The job's spill/scratch path moved to the node's largest empty local disk (df): the same
     relative path under that disk's mount point. None unless that disk has several times the free
@@ -252,4 +286,5 @@ COMPUTE: dict[str, Callable[[Evidence, str, dict[str, str], float | None], Any]]
     "partition_max_time": partition_max_time,
     "cpus_left_for_gpu_actors": cpus_left_for_gpu_actors,
     "path_on_roomiest_disk": path_on_roomiest_disk,
+    "cpus_per_worker_that_fit": cpus_per_worker_that_fit,
 }

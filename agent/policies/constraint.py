@@ -339,8 +339,10 @@ def ray_status(text: str) -> dict[str, Any] | None:
     status: dict[str, Any] = {"active": {}, "pending": {}, "failures": [], "usage": {}, "demands": []}
     section = None
     for line in blocks[-1].splitlines():
-        if m := _SECTION.match(line.strip()):
-            section = m[1]
+        if line and not line[0].isspace():
+            # Entries are indented; any other line is a header, which ends the section before it.
+            m = _SECTION.match(line.strip())
+            section = m[1] if m else None
             continue
         if not line.strip() or line.strip().startswith(("(no ", "---")) or section is None:
             continue

@@ -266,3 +266,35 @@ def test_an_fp16_overflow_moves_to_bf16_only_on_gpus_that_have_it(model, expecte
     ev.nodes = {"n1": {"node": "n1", "gpu_model": model}}
     remedy = load_playbooks()["fp16_loss_scale_floor"].label.remedy
     assert compute_changes(remedy, ev, "j1", {})[0] == expected
+
+
+def test_a_cpu_stage_whose_tasks_take_several_cpus_is_capped_in_tasks_not_cpus():
+    from crashcart.agent.policies.computed import cpus_left_for_gpu_actors
+
+    # 256 CPUs, 32 GPU actors at 2 CPUs: 192 CPUs left, 4 per preprocessing actor -> 48 actors.
+    caps = {"cpus_total": "256", "gpus_total": "32", "cpu_each": "2.0"}
+    config = {"preprocess_concurrency": 64, "preprocess_num_cpus": 4, "read_num_cpus": 1}
+    assert cpus_left_for_gpu_actors(_ev(config=config), "j1", caps, None) == 48
+
+
+RAY_STATUS = """======== Autoscaler status: 2026-11-11 07:14:31.118203 ========
+Usage:
+ {cpu}/{cpu} CPU
+ 0.0/{gpu} GPU
+"""
+
+
+@pytest.mark.parametrize("cpus, gpus, asked, expected", [
+    ("200.0", "16.0", "{'CPU': 1.0} * 1, {'CPU': 16.0, 'GPU': 1.0} * 16 (PACK)", 12),   # (200-1)/16
+    ("392.0", "32.0", "{'CPU': 24.0, 'GPU': 2.0} * 8 (SPREAD)", None),  # 12.25 per GPU x 2 = 24: it fits, no fix
+    ("200.0", "16.0", "{'CPU': 16.0, 'GPU': 1.0} * 32 (PACK)", None),  # 32 GPUs on 16: CPUs are not the problem
+])
+def test_worker_cpus_come_down_to_what_the_gpu_nodes_have_per_gpu(cpus, gpus, asked, expected):
+    import re
+
+    from crashcart.agent.policies.computed import cpus_per_worker_that_fit
+
+    m = re.search(r"\{'CPU': (?P<c>[\d.]+), 'GPU': (?P<g>[\d.]+)\} \* (?P<n>\d+)", asked)
+    caps = {"request": asked, "cpu_each": m["c"], "gpu_each": m["g"], "bundles": m["n"]}
+    ev = _ev(RAY_STATUS.format(cpu=cpus, gpu=gpus), {"resources_per_worker": {"CPU": float(m["c"]), "GPU": 1}})
+    assert cpus_per_worker_that_fit(ev, "j1", caps, None) == expected
