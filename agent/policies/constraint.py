@@ -298,8 +298,9 @@ def binding_constraint(ev: Evidence) -> tuple[str, list[str], dict[str, Any]]:
     if found:
         key, what, lines = found
         chart["binds"] = key
+        # The limit and its arithmetic (the second line: what the group holds, the quota in use).
         return (f"jobs wait at {demand.window()} because {what} binds, not the cluster's size: "
-                f"{lines[0]}.", lines + base, chart)
+                f"{'; '.join(lines[:2])}.", lines + base, chart)
     if samples and no_room >= FULL_SHARE * len(samples):
         chart["binds"] = "capacity"
         return (f"jobs wait at {demand.window()} because every GPU is busy then: {no_room} of {len(samples)} waits "
