@@ -369,16 +369,17 @@ def autoscaler_at_max(ev: Evidence) -> tuple[str, list[str], dict[str, Any] | No
         return f"{subject} waits, and no `ray status` was seen to tell why.", [], None
     used, total = status["usage"].get("GPU", (0.0, 0.0))
     active = ", ".join(f"{n} {t}" for t, n in status["active"].items()) or "no nodes"
-    lines = [f"ray status: {active} active, no node pending and no launch failure, while "
-             f"{used:g} of {total:g} GPUs are in use",
-             *(f"unmet demand: {d}" for d in status["demands"][:3])]
+    seen = (f"ray status: {active} active, no node pending and no launch failure, while "
+            f"{used:g} of {total:g} GPUs are in use")
+    lines = [seen, *(f"unmet demand: {d}" for d in status["demands"][:3])]
     bound = _configured_max(ev, status["active"])
     if bound:
         lines.insert(0, bound)
-    why = (bound or "the GPU node type is at the largest size the autoscaler may give it") + \
-        f"; every one of its {total:g} GPUs is held by running work"
-    return (f"{subject}: {why}. Nothing is broken: it starts when running work frees GPUs, or sooner if the node "
-            "type's maximum is raised.", lines, None)
+    # No node launching and none failing while a GPU demand waits: the autoscaler has nothing it may
+    # add (the type is at max_workers, or the cluster does not autoscale).
+    why = bound or "the GPU node type is at its max_workers (or the cluster does not autoscale)"
+    return (f"{subject} waits because {why}: {seen}. Nothing is broken: it starts "
+            "when running work frees GPUs, or sooner if the node type's maximum is raised.", lines, None)
 
 
 def _configured_max(ev: Evidence, active: dict[str, int]) -> str | None:
