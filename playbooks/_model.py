@@ -159,6 +159,7 @@ InvestigateTarget = Literal[
     "all_nodes",
     "failed_peers",  # other jobs of the focus job's partition/namespace that failed in the last day
     "idle_gpu_nodes",  # GPU nodes the node listing shows in service with no running job holding GPUs
+    "earlier_good_runs",  # earlier runs of the same job (same name and owner) that succeeded
 ]
 
 StepCondition = Literal[
@@ -189,6 +190,7 @@ ComputedValue = Literal[
     "cpus_left_for_gpu_actors",  # Ray's CPU total less what the waiting GPU actors need
     "path_on_roomiest_disk",  # a spill/scratch path moved to the node's large empty local disk (df)
     "cpus_per_worker_that_fit",  # a Ray worker bundle's CPUs cut to what the GPU nodes have per GPU
+    "toleration_for_blocking_taint",  # the toleration an earlier good run (or another replica) carries
 ]
 
 

@@ -203,6 +203,50 @@ def cpus_per_worker_that_fit(ev: Evidence, job: str, captures: dict[str, str], m
     return fit
 
 
+# Taints the node controller puts on a node that is unwell: tolerating one hides the fault.
+_NODE_CONDITION_TAINT = re.compile(r"^node\.(kubernetes\.io|cloudprovider\.kubernetes\.io)/")
+
+
+def toleration_for_blocking_taint(ev: Evidence, job: str, captures: dict[str, str], margin: float | None) -> Any:
+    """The job's tolerations with the one for the taint that blocks it (the scheduler's
+    `had untolerated taint {key: value}`) added, taken from where it is known to be right: an
+    earlier run of the same job that succeeded, or another replica type of the same job that
+    carries it (a PyTorchJob's Master but not its Workers). None when neither does: whether a
+    job may use a tainted (dedicated) pool is the owner's or the platform's call."""
+    key, value = captures.get("taint_key", "").strip(), captures.get("taint_value", "").strip()
+    if not key or _NODE_CONDITION_TAINT.match(key):
+        return None
+    config = ev.configs.get(job, {})
+    setting = load_key_table().settings["tolerations"]
+    found = next(((k.key, v) for k in setting.keys if isinstance(v := _config_value(config, k.key), (list, dict))), None)
+    if found is None:
+        return None
+    _, current = found
+
+    def fits(tol: Any) -> bool:
+        return (isinstance(tol, dict) and tol.get("key") == key
+                and (tol.get("operator") == "Exists" or str(tol.get("value", "")) == value))
+
+    def carried(tolerations: Any) -> list[dict[str, Any]]:
+        lists = tolerations.values() if isinstance(tolerations, dict) else [tolerations]
+        return [t for group in lists if isinstance(group, list) for t in group if fits(t)]
+
+    proven = []
+    for run in ev.earlier_good_runs(job):
+        earlier = ev.configs.get(run, {})
+        proven = carried(next((v for k in setting.keys if (v := _config_value(earlier, k.key)) is not None), None))
+        if proven:
+            break
+    if not proven and isinstance(current, dict):
+        proven = carried(current)
+    if not proven:
+        return None
+    if isinstance(current, list):
+        return None if carried(current) else [*current, proven[0]]
+    fixed = {replica: (tols if carried(tols) else [*(tols or []), proven[0]]) for replica, tols in current.items()}
+    return fixed if fixed != current else None
+
+
 def path_on_roomiest_disk(ev: Evidence, job: str, captures: dict[str, str], margin: float | None) -> Any:
     """The job's spill/scratch path moved to the node's largest empty local disk (df): the same
     relative path under that disk's mount point. None unless that disk has several times the free
@@ -287,4 +331,5 @@ COMPUTE: dict[str, Callable[[Evidence, str, dict[str, str], float | None], Any]]
     "cpus_left_for_gpu_actors": cpus_left_for_gpu_actors,
     "path_on_roomiest_disk": path_on_roomiest_disk,
     "cpus_per_worker_that_fit": cpus_per_worker_that_fit,
+    "toleration_for_blocking_taint": toleration_for_blocking_taint,
 }

@@ -22,6 +22,7 @@ VICTIM_WINDOW_MINUTES = 60
 # A person's own cancel ("CANCELLED by 51234") is a decision, not a victim; uid 0 is Slurm itself.
 _OWNER_CANCEL = re.compile(r"^CANCELLED by [1-9]\d*$", re.I)
 RUNNING_STATES = {"RUNNING", "COMPLETING", "CONFIGURING", "ALIVE"}
+SUCCEEDED_STATES = {"COMPLETED", "SUCCEEDED", "COMPLETE"}
 # The scheduler reads, and the fields of their output the capacity answers read.
 LIMIT_TOOLS = {
     "sacctmgr_show": ("qos", "associations"), "sshare": ("shares",),
@@ -106,6 +107,19 @@ class Evidence:
                 if re.search(rf"(?<![\w-]){re.escape(job_id)}(?![\w-])", text) and job_id not in found:
                     found.append(job_id)
         return found
+
+    def earlier_good_runs(self, job: str) -> list[str]:
+        """Earlier runs of the same job (the same name and owner, another id) that succeeded and
+        ended before it was submitted, newest first: what last worked is evidence of the right value."""
+        facts = self.jobs.get(job)
+        if not facts or not facts.name:
+            return []
+        since = facts.submit_time or facts.start_time
+        runs = [f for j, f in self.jobs.items()
+                if j != job and f.name == facts.name and f.user == facts.user
+                and f.state.upper().split(" ")[0] in SUCCEEDED_STATES and f.end_time is not None
+                and (since is None or f.end_time <= since)]
+        return [f.job for f in sorted(runs, key=lambda f: f.end_time, reverse=True)]
 
     def upstream_jobs(self) -> list[str]:
         ups: list[str] = []

@@ -159,6 +159,8 @@ class PlaybookPolicy:
                 targets = [{"node": n} for n, row in ev.nodes.items() if row.get("gpus")][:MAX_NODES_PER_STEP]
             elif step.scope == "idle_gpu_nodes":
                 targets = [{"node": n} for n in idle_gpu_nodes(ev)[:MAX_NODES_PER_STEP]]
+            elif step.scope == "earlier_good_runs":
+                targets = [{"job": r} for j in jobs for r in ev.earlier_good_runs(j)[:1]]
             elif step.scope == "failed_peers":
                 targets = [{"job": j} for j in ev.failed_peers()[:MAX_PEER_JOBS]]
             elif step.scope == "namespace":
