@@ -298,3 +298,54 @@ def test_worker_cpus_come_down_to_what_the_gpu_nodes_have_per_gpu(cpus, gpus, as
     caps = {"request": asked, "cpu_each": m["c"], "gpu_each": m["g"], "bundles": m["n"]}
     ev = _ev(RAY_STATUS.format(cpu=cpus, gpu=gpus), {"resources_per_worker": {"CPU": float(m["c"]), "GPU": 1}})
     assert cpus_per_worker_that_fit(ev, "j1", caps, None) == expected
+
+
+# --- the toleration for the taint that blocks a pod, from where it is known to be right ---------
+
+TOL = {"key": "dedicated", "operator": "Equal", "value": "llm-train", "effect": "NoSchedule"}
+TAINT = {"taint_key": "dedicated", "taint_value": "llm-train"}
+
+
+def _runs(now_config: dict, earlier: list[tuple[str, str, dict]]) -> Evidence:
+    """The pending job j1 (`train`, owner u1) and earlier runs (id, state, config), newest last."""
+    ev = _ev(config=now_config)
+    ev.jobs["j1"] = JobFacts(job="j1", name="train", user="u1", state="Pending", submit_time=T0)
+    for i, (job, state, config) in enumerate(earlier):
+        ev.jobs[job] = JobFacts(job=job, name="train", user="u1", state=state,
+                                end_time=T0 - timedelta(days=len(earlier) - i))
+        ev.configs[job] = config
+    return ev
+
+
+def test_the_toleration_comes_from_the_last_run_of_the_same_job_that_succeeded():
+    from crashcart.agent.policies.computed import toleration_for_blocking_taint
+
+    ev = _runs({"tolerations": []}, [("r1", "Succeeded", {"tolerations": [TOL]}), ("r2", "Failed", {"tolerations": []})])
+    assert ev.earlier_good_runs("j1") == ["r1"]
+    assert toleration_for_blocking_taint(ev, "j1", TAINT, None) == [TOL]
+
+
+@pytest.mark.parametrize("earlier, taint", [
+    ([("r1", "Succeeded", {"tolerations": []})], TAINT),                       # the run predates the taint
+    ([("r1", "Failed", {"tolerations": [TOL]})], TAINT),                       # a run that did not work proves nothing
+    ([("r1", "Succeeded", {"tolerations": [TOL]})], {"taint_key": "node.kubernetes.io/unreachable", "taint_value": ""}),
+])
+def test_no_toleration_without_proof_or_for_a_node_that_is_unwell(earlier, taint):
+    from crashcart.agent.policies.computed import toleration_for_blocking_taint
+
+    assert toleration_for_blocking_taint(_runs({"tolerations": []}, earlier), "j1", taint, None) is None
+
+
+def test_another_run_by_someone_else_is_not_the_same_job():
+    from crashcart.agent.policies.computed import toleration_for_blocking_taint
+
+    ev = _runs({"tolerations": []}, [("r1", "Succeeded", {"tolerations": [TOL]})])
+    ev.jobs["r1"].user = "someone-else"
+    assert toleration_for_blocking_taint(ev, "j1", TAINT, None) is None
+
+
+def test_a_replica_type_missing_the_toleration_gets_the_one_its_sibling_carries():
+    from crashcart.agent.policies.computed import toleration_for_blocking_taint
+
+    ev = _runs({"tolerations": {"Master": [TOL], "Worker": []}}, [])
+    assert toleration_for_blocking_taint(ev, "j1", TAINT, None) == {"Master": [TOL], "Worker": [TOL]}
