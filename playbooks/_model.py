@@ -167,6 +167,8 @@ StepCondition = Literal[
     "gpus_unaccounted",
     # A focus job is one pod of a multi-pod workload: list its peers (and so their nodes).
     "part_of_a_workload",
+    # A node selector value no node carries and no misspelling explains: read the job's earlier good runs.
+    "selector_needs_more_than_a_typo",
 ]
 
 

@@ -106,27 +106,50 @@ def _resume_value(ev: Evidence, job: str) -> str | None:
 
 def selector_as_idle_nodes_carry(ev: Evidence, job: str, captures: dict[str, str], margin: float | None) -> Any:
     """The job's node selector with each value no node carries replaced by the one idle GPU nodes
-    carry under the same label, when it is the same word misspelt (a pool name's typo), never a
-    different product or pool: that is the owner's choice, so it escalates."""
+    carry under the same label, when it is the same word misspelt (a pool name's typo), or when
+    the last successful run of the same job used it; never a different product or pool that
+    nothing proves: that is the owner's choice, so it escalates."""
+    return _corrected_selector(ev, job, earlier_runs=True)
 
-    config = ev.configs.get(job, {})
+
+def selector_needs_more_than_a_typo(ev: Evidence) -> bool:
+    """A focus job's selector names a value no node carries, and no misspelling explains it: its
+    earlier good runs are worth reading."""
+    for job in ev.focus_jobs():
+        selector = _selector(ev, job)
+        carried = {(k, str(v)) for row in ev.nodes.values() for k, v in (row.get("labels") or {}).items()}
+        if selector and ev.nodes and any((k, str(v)) not in carried for k, v in selector.items()) \
+                and _corrected_selector(ev, job, earlier_runs=False) is None:
+            return True
+    return False
+
+
+def _selector(ev: Evidence, job: str) -> dict[str, Any] | None:
     keys = load_key_table().settings["node_selector"].keys
-    selector = next((v for k in keys if isinstance(v := _config_value(config, k.key), dict)), None)
+    return next((v for k in keys if isinstance(v := _config_value(ev.configs.get(job, {}), k.key), dict)), None)
+
+
+def _corrected_selector(ev: Evidence, job: str, earlier_runs: bool) -> dict[str, Any] | None:
+    selector = _selector(ev, job)
     if not selector or not ev.nodes:
         return None
     carried = {(k, v) for row in ev.nodes.values() for k, v in (row.get("labels") or {}).items()}
     # In service with GPUs to spare: a drained or cordoned node's labels are no evidence of where to go.
     free = [row for row in ev.nodes.values()
             if row.get("gpus") and str(row.get("state", "")).lower() in {"idle", "mixed", "ready"}]
+    before = [sel for run in ev.earlier_good_runs(job) if (sel := _selector(ev, run))] if earlier_runs else []
     corrected = dict(selector)
     for key, value in selector.items():
         if (key, str(value)) in carried:
             continue
         options = {str((row.get("labels") or {})[key]) for row in free if key in (row.get("labels") or {})}
         scored = sorted(((SequenceMatcher(None, str(value).lower(), o.lower()).ratio(), o) for o in options), reverse=True)
-        if not scored or scored[0][0] < TYPO_SIMILARITY or (len(scored) > 1 and scored[1][0] == scored[0][0]):
+        if scored and scored[0][0] >= TYPO_SIMILARITY and not (len(scored) > 1 and scored[1][0] == scored[0][0]):
+            corrected[key] = scored[0][1]
+        elif before and key in before[0] and str(before[0][key]) in options:
+            corrected[key] = before[0][key]  # what the last good run used, and free nodes still carry
+        else:
             return None
-        corrected[key] = scored[0][1]
     return corrected if corrected != selector else None
 
 

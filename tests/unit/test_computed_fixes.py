@@ -349,3 +349,17 @@ def test_a_replica_type_missing_the_toleration_gets_the_one_its_sibling_carries(
 
     ev = _runs({"tolerations": {"Master": [TOL], "Worker": []}}, [])
     assert toleration_for_blocking_taint(ev, "j1", TAINT, None) == {"Master": [TOL], "Worker": [TOL]}
+
+
+def test_a_selector_value_no_typo_explains_comes_from_the_last_good_run_if_free_nodes_carry_it():
+    from crashcart.agent.policies.computed import selector_as_idle_nodes_carry, selector_needs_more_than_a_typo
+
+    key = "cloud.google.com/gke-accelerator"
+    ev = _runs({"nodeSelector": {key: "nvidia-tesla-v100"}}, [("r1", "Succeeded", {"nodeSelector": {key: "nvidia-a100-80gb"}})])
+    ev.trigger = {"kind": "job_pending", "job": "j1"}
+    ev.nodes = {"a1": {"node": "a1", "state": "idle", "gpus": 8, "labels": {key: "nvidia-a100-80gb"}},
+                "l1": {"node": "l1", "state": "idle", "gpus": 4, "labels": {key: "nvidia-l4"}}}
+    assert selector_needs_more_than_a_typo(ev)
+    assert selector_as_idle_nodes_carry(ev, "j1", {}, None) == {key: "nvidia-a100-80gb"}
+    ev.nodes["a1"]["state"] = "cordoned"  # the pool the good run used has no free node now
+    assert selector_as_idle_nodes_carry(ev, "j1", {}, None) is None
