@@ -344,6 +344,9 @@ def _under(path: str, mount: str) -> bool:
     return mount == "/" or path == mount or path.startswith(mount.rstrip("/") + "/")
 
 
+# Values only another run of the job (or another replica) can prove: never computable from a log.
+FROM_OTHER_RUNS = {"toleration_for_blocking_taint"}
+
 COMPUTE: dict[str, Callable[[Evidence, str, dict[str, str], float | None], Any]] = {
     "gpus_per_node": gpus_per_node,
     "above_peak": above_peak,

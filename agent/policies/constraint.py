@@ -130,7 +130,7 @@ def _qos_cap(ev: Evidence, rows: list[dict[str, Any]], demand: HourlyDemand, idl
              if not a.get("user")]
     caps = [c for c in caps if c[1]]
     if not caps:
-        return _group_limit_from_reasons(ev, rows, idle)
+        return None
     for name, cap, kind in caps:
         key = "qos" if kind == "QOS" else "account"
         mine = [r for r in rows if r.get(key) == name]
@@ -186,7 +186,7 @@ def _held_at(rows: list[dict[str, Any]], t: datetime) -> int:
     return held
 
 
-def _kueue_quota(ev: Evidence, rows: list[dict[str, Any]], idle: float) -> list[str] | None:
+def _kueue_quota(ev: Evidence) -> list[str] | None:
     for q in ev.limits.get("cluster_queues") or []:
         ceiling = q["nominal_quota"] + (q.get("borrowing_limit") or 0)
         if q.get("pending_workloads") and q.get("reserved", 0) >= q["nominal_quota"]:
@@ -198,7 +198,7 @@ def _kueue_quota(ev: Evidence, rows: list[dict[str, Any]], idle: float) -> list[
                 + ")",
                 f"{q['pending_workloads']} workloads wait for quota while {q['admitted_workloads']} are admitted",
             ]
-    return _kueue_quota_from_reasons(ev, rows, idle)
+    return None
 
 
 def _kueue_quota_from_reasons(ev: Evidence, rows: list[dict[str, Any]], idle: float) -> list[str] | None:
@@ -286,7 +286,10 @@ def binding_constraint(ev: Evidence) -> tuple[str, list[str], dict[str, Any]]:
                     f"(median {idle:.0f} free of {total})")
     checks = [
         ("qos_cap", "a QOS/account GPU cap (GrpTRES)", lambda: _qos_cap(ev, scoped, demand, idle)),
-        ("kueue_quota", "the Kueue ClusterQueue quota", lambda: _kueue_quota(ev, scoped, idle)),
+        ("kueue_quota", "the Kueue ClusterQueue quota", lambda: _kueue_quota(ev)),
+        # The limit tables were not read: the waiting jobs' own pending reason names the limit.
+        ("group_limit_reason", "a QOS/account GPU cap (GrpTRES)", lambda: _group_limit_from_reasons(ev, scoped, idle)),
+        ("kueue_quota_reason", "the Kueue ClusterQueue quota", lambda: _kueue_quota_from_reasons(ev, scoped, idle)),
         ("autoscaler_max", "the autoscaler's max_workers", lambda: _autoscaler_max(ev)),
         ("fair_share", "fair share", lambda: _fair_share(ev, scoped, text, rows)),
     ]

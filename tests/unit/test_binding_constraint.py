@@ -119,7 +119,7 @@ def test_a_group_limit_reason_bounds_the_cap_by_what_the_group_holds():
     rows = [_running(1, 16, account="nlp"), _running(2, 8, account="nlp"), _running(3, 8, account="chem")]
     rows += [_pending(4, 8, account="nlp", reason="AssocGrpGRES"), _pending(5, 16, account="nlp", reason="AssocGrpGRES")]
     answer, lines, chart = binding_constraint(evidence(rows, nodes=6))
-    assert chart["binds"] == "qos_cap" and "account nlp" in answer and "AssocGrpGRES" in answer
+    assert chart["binds"] == "group_limit_reason" and "account nlp" in answer and "AssocGrpGRES" in answer
     # 24 held by the account's running jobs (not chem's 8); the smallest wait asks 8.
     assert any("hold 24 GPUs" in line and "24 + 8 = 32" in line for line in lines)
 
@@ -127,7 +127,7 @@ def test_a_group_limit_reason_bounds_the_cap_by_what_the_group_holds():
 def test_a_priority_or_resources_reason_is_no_group_limit():
     rows = [_running(1, 32), _pending(2, 8, reason="Resources"), _pending(3, 8, reason="Priority")]
     _, _, chart = binding_constraint(evidence(rows, nodes=4))
-    assert chart["binds"] != "qos_cap"
+    assert chart["binds"] not in {"qos_cap", "group_limit_reason"}
 
 
 KUEUE = "couldn't assign flavors to pod set main: insufficient unused quota for nvidia.com/gpu in flavor {f}, {n} more needed"
@@ -138,7 +138,7 @@ def test_kueues_own_admission_message_names_the_queue_quota():
     rows += [_pending(3, 8, partition="team-a", reason="Pending: " + KUEUE.format(f="a100", n=8)),
              _pending(4, 4, partition="team-a", reason="Pending: " + KUEUE.format(f="a100", n=4))]
     answer, lines, chart = binding_constraint(evidence(rows, nodes=6))
-    assert chart["binds"] == "kueue_quota" and "flavor a100" in answer and "12 more needed" in answer
+    assert chart["binds"] == "kueue_quota_reason" and "flavor a100" in answer and "12 more needed" in answer
     assert any("hold 16 GPUs" in line for line in lines)  # team-a's admitted work, not team-b's
 
 
