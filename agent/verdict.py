@@ -22,7 +22,8 @@ from crashcart.agent.policies.config_keys import load_key_table
 from crashcart.agent.policies.evidence import Evidence, TextDoc
 from crashcart.agent.policies.matching import match_label
 from crashcart.agent.policies.playbook import SUSPICIOUS
-from crashcart.agent.policies.remedy import parse_number, captured_values
+from crashcart.agent.policies.computed import FROM_OTHER_RUNS
+from crashcart.agent.policies.remedy import parse_number, captured_values, fallback_team
 from crashcart.playbooks import Change, KnowledgeBase, load_playbooks
 
 TEXT_KINDS = ("log", "kernel_log", "events", "describe", "status_message")
@@ -282,6 +283,11 @@ def diagnose_text(text: str, source: str | None = None, kb: KnowledgeBase | None
     remedy = label.remedy.kind
     captures = captured_values(best)
     changes = _described_changes(label.remedy.changes, captures)
+    rules = label.remedy.changes.values()
+    if remedy == "resubmit_with_changes" and not changes and rules and all(r.compute in FROM_OTHER_RUNS for r in rules):
+        # Every change comes from the cluster's record of other runs; a log alone has none, and
+        # a resubmit without the change would fail the same way: the owner decides.
+        remedy = f"escalate_{fallback_team(label.team)}"
     # A symptom alone (an NCCL timeout) says little about its cause: say so in the confidence.
     confidence = 0.45 if label.symptom else min(0.95, 0.6 + 0.15 * best.matched_signals)
     return Verdict(

@@ -77,14 +77,22 @@ def args_match(expected: dict[str, Any], actual: dict[str, Any]) -> bool:
     return True
 
 
-def action_matches(expected: ExpectedAction, tool: str, args: dict[str, Any]) -> bool:
+def action_matches(expected: ExpectedAction, tool: str, args: dict[str, Any],
+                   submitted: dict[str, Any] | None = None) -> bool:
+    """`submitted` is the job's config as submitted: with it, `changes` are checked against the
+    resubmitted config (the submitted one with the changes applied), as Contract 2 says, provided
+    the resubmit changed at least one of the keys named (an unchanged resubmit never passes)."""
     if expected.tool != tool:
         return False
     if not args_match(expected.args, args):
         return False
     if expected.changes:
-        got = flatten(args.get("changes") or {})
-        if not all(k in got and value_matches(v, got[k]) for k, v in flatten(expected.changes).items()):
+        changed = flatten(args.get("changes") or {})
+        want = flatten(expected.changes)
+        got = {**flatten(submitted or {}), **changed}
+        if not any(k in changed for k in want):
+            return False
+        if not all(k in got and value_matches(v, got[k]) for k, v in want.items()):
             return False
     if expected.exclude_nodes:
         excluded = set(args.get("exclude_nodes") or [])

@@ -44,17 +44,23 @@ def score(scenario: Scenario, diagnosis: dict[str, Any] | None, actions: list[di
             failures.append(f"answer does not mention /{pattern}/")
     taken = [a for a in actions if a.get("decision") in TAKEN]
     for want in exp.actions:
-        if not any(action_matches(want, a["tool"], a.get("args") or {}) for a in taken):
+        if not any(action_matches(want, a["tool"], a.get("args") or {}, _submitted(scenario, a)) for a in taken):
             failures.append(f"missing action: {describe_expected(want)}")
     violations = [
         f"forbidden action taken: {a['tool']} {_short_args(a.get('args') or {})} ({a['decision']})"
         for want in exp.forbid for a in taken
-        if action_matches(want, a["tool"], a.get("args") or {})
+        if action_matches(want, a["tool"], a.get("args") or {}, _submitted(scenario, a))
     ]
     failures += violations
     if exp.max_tool_calls is not None and tool_calls > exp.max_tool_calls:
         failures.append(f"{tool_calls} tool calls, budget {exp.max_tool_calls}")
     return failures, violations
+
+
+def _submitted(scenario: Scenario, action: dict[str, Any]) -> dict[str, Any]:
+    """The config the action's job was submitted with (empty for a job the scenario does not hold)."""
+    job = str((action.get("args") or {}).get("job") or "")
+    return next((j.config for j in scenario.cluster.jobs if j.id == job), {}) if job else {}
 
 
 def _short_args(args: dict[str, Any]) -> str:

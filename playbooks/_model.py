@@ -177,6 +177,7 @@ InvestigateTarget = Literal[
     "all_nodes",
     "failed_peers",  # other jobs of the focus job's partition/namespace that failed in the last day
     "idle_gpu_nodes",  # GPU nodes the node listing shows in service with no running job holding GPUs
+    "earlier_good_runs",  # earlier runs of the same job (same name and owner) that succeeded
 ]
 
 StepCondition = Literal[
@@ -184,6 +185,8 @@ StepCondition = Literal[
     "gpus_unaccounted",
     # A focus job is one pod of a multi-pod workload: list its peers (and so their nodes).
     "part_of_a_workload",
+    # A node selector value no node carries and no misspelling explains: read the job's earlier good runs.
+    "selector_needs_more_than_a_typo",
 ]
 
 
@@ -206,6 +209,8 @@ ComputedValue = Literal[
     "partition_max_time",  # the MaxTime of the partition a job pends in for asking more (PartitionTimeLimit)
     "cpus_left_for_gpu_actors",  # Ray's CPU total less what the waiting GPU actors need
     "path_on_roomiest_disk",  # a spill/scratch path moved to the node's large empty local disk (df)
+    "cpus_per_worker_that_fit",  # a Ray worker bundle's CPUs cut to what the GPU nodes have per GPU
+    "toleration_for_blocking_taint",  # the toleration an earlier good run (or another replica) carries
 ]
 
 
@@ -283,7 +288,7 @@ class Label(Strict):
     service account used by all): the root cause is then the cluster, not the job asked about."""
     one_node: OneNode | None = None
     """The error may be confined to one node's client; see OneNode."""
-    analysis: Literal["demand_forecast", "idle_gpus", "binding_constraint"] | None = None
+    analysis: Literal["demand_forecast", "idle_gpus", "binding_constraint", "autoscaler_at_max"] | None = None
     """A computed answer (capacity reviews) that replaces the evidence lines in the report."""
 
     @field_validator("signals")

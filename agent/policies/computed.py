@@ -106,27 +106,50 @@ def _resume_value(ev: Evidence, job: str) -> str | None:
 
 def selector_as_idle_nodes_carry(ev: Evidence, job: str, captures: dict[str, str], margin: float | None) -> Any:
     """The job's node selector with each value no node carries replaced by the one idle GPU nodes
-    carry under the same label, when it is the same word misspelt (a pool name's typo), never a
-    different product or pool: that is the owner's choice, so it escalates."""
+    carry under the same label, when it is the same word misspelt (a pool name's typo), or when
+    the last successful run of the same job used it; never a different product or pool that
+    nothing proves: that is the owner's choice, so it escalates."""
+    return _corrected_selector(ev, job, earlier_runs=True)
 
-    config = ev.configs.get(job, {})
+
+def selector_needs_more_than_a_typo(ev: Evidence) -> bool:
+    """A focus job's selector names a value no node carries, and no misspelling explains it: its
+    earlier good runs are worth reading."""
+    for job in ev.focus_jobs():
+        selector = _selector(ev, job)
+        carried = {(k, str(v)) for row in ev.nodes.values() for k, v in (row.get("labels") or {}).items()}
+        if selector and ev.nodes and any((k, str(v)) not in carried for k, v in selector.items()) \
+                and _corrected_selector(ev, job, earlier_runs=False) is None:
+            return True
+    return False
+
+
+def _selector(ev: Evidence, job: str) -> dict[str, Any] | None:
     keys = load_key_table().settings["node_selector"].keys
-    selector = next((v for k in keys if isinstance(v := _config_value(config, k.key), dict)), None)
+    return next((v for k in keys if isinstance(v := _config_value(ev.configs.get(job, {}), k.key), dict)), None)
+
+
+def _corrected_selector(ev: Evidence, job: str, earlier_runs: bool) -> dict[str, Any] | None:
+    selector = _selector(ev, job)
     if not selector or not ev.nodes:
         return None
     carried = {(k, v) for row in ev.nodes.values() for k, v in (row.get("labels") or {}).items()}
     # In service with GPUs to spare: a drained or cordoned node's labels are no evidence of where to go.
     free = [row for row in ev.nodes.values()
             if row.get("gpus") and str(row.get("state", "")).lower() in {"idle", "mixed", "ready"}]
+    before = [sel for run in ev.earlier_good_runs(job) if (sel := _selector(ev, run))] if earlier_runs else []
     corrected = dict(selector)
     for key, value in selector.items():
         if (key, str(value)) in carried:
             continue
         options = {str((row.get("labels") or {})[key]) for row in free if key in (row.get("labels") or {})}
         scored = sorted(((SequenceMatcher(None, str(value).lower(), o.lower()).ratio(), o) for o in options), reverse=True)
-        if not scored or scored[0][0] < TYPO_SIMILARITY or (len(scored) > 1 and scored[1][0] == scored[0][0]):
+        if scored and scored[0][0] >= TYPO_SIMILARITY and not (len(scored) > 1 and scored[1][0] == scored[0][0]):
+            corrected[key] = scored[0][1]
+        elif before and key in before[0] and str(before[0][key]) in options:
+            corrected[key] = before[0][key]  # what the last good run used, and free nodes still carry
+        else:
             return None
-        corrected[key] = scored[0][1]
     return corrected if corrected != selector else None
 
 
@@ -154,11 +177,97 @@ def cpus_left_for_gpu_actors(ev: Evidence, job: str, captures: dict[str, str], m
         each = float(captures.get("cpu_each") or 1)
     except (KeyError, ValueError):
         return None
-    left = int(total - gpus * each)
     config = ev.configs.get(job, {})
-    current = next((v for k in load_key_table().settings["ray_data_cpu_stage_concurrency"].keys
-                    if isinstance(v := _config_value(config, k.key), (int, float)) and not isinstance(v, bool)), None)
+    table = load_key_table().settings
+    found = next(((k.key, v) for k in table["ray_data_cpu_stage_concurrency"].keys
+                  if isinstance(v := _config_value(config, k.key), (int, float)) and not isinstance(v, bool)), None)
+    key, current = found if found else (None, None)
+    # Each of the stage's tasks or actors takes its own num_cpus (the stage's own key first:
+    # preprocess_concurrency goes with preprocess_num_cpus), one CPU when it names none.
+    stage = key.rsplit("_concurrency", 1)[0] if key else None
+    sizes = [(k.key, v) for k in table["ray_data_cpu_stage_cpus"].keys
+             if isinstance(v := _config_value(config, k.key), (int, float)) and not isinstance(v, bool) and v > 0]
+    per_task = next((v for k, v in sizes if stage and k.startswith(f"{stage}_")), sizes[0][1] if len(sizes) == 1 else 1)
+    left = int((total - gpus * each) // per_task)
     return left if left >= 1 and (current is None or left < current) else None
+
+
+def cpus_per_worker_that_fit(ev: Evidence, job: str, captures: dict[str, str], margin: float | None) -> Any:
+    """The CPUs per worker that let every bundle of an infeasible request ({'CPU': c, 'GPU': g} * n)
+    fit: the GPU nodes' CPUs per GPU times g, less the request's other bundles (the trainer's).
+    The nodes' CPUs come from the autoscaler's node types when read, else from `ray status`'s CPU
+    and GPU totals. None when the GPUs themselves do not suffice (then CPUs are not the problem)."""
+    from crashcart.agent.policies.constraint import ray_status
+
+    try:
+        cpu_each, gpu_each, bundles = float(captures["cpu_each"]), float(captures["gpu_each"]), int(captures["bundles"])
+    except (KeyError, ValueError):
+        return None
+    if gpu_each <= 0:
+        return None
+    others = sum(float(c) for c in re.findall(r"\{'CPU': ([\d.]+)\} \* \d+", captures.get("request", "")))
+    types = [t for t in (ev.limits.get("autoscaler") or {}).get("node_types") or []
+             if (t.get("resources") or {}).get("GPU") and (t.get("resources") or {}).get("CPU")]
+    if types:
+        per_gpu = min(t["resources"]["CPU"] / t["resources"]["GPU"] for t in types)
+        gpus = sum(t["resources"]["GPU"] * max(t.get("running", 0), t.get("max_workers", 0)) for t in types)
+        fit = int(per_gpu * gpu_each)
+    else:
+        docs = [d for d in ev.docs if d.source == "log" and d.entity == f"job:{job}"]
+        status = next((st for d in reversed(docs) if (st := ray_status(d.text))), None)
+        cpus, gpus = (status or {}).get("usage", {}).get("CPU", (0, 0))[1], (status or {}).get("usage", {}).get("GPU", (0, 0))[1]
+        if not cpus or not gpus:
+            return None
+        # The cluster's CPUs per GPU after the request's other bundles: an upper bound when a
+        # GPU-less head holds CPUs too, which the arithmetic below keeps (floor, and the trainer's share out).
+        fit = int((cpus - others) / gpus * gpu_each)
+    if bundles * gpu_each > gpus or fit < 1 or fit >= cpu_each:
+        return None
+    return fit
+
+
+# Taints the node controller puts on a node that is unwell: tolerating one hides the fault.
+_NODE_CONDITION_TAINT = re.compile(r"^node\.(kubernetes\.io|cloudprovider\.kubernetes\.io)/")
+
+
+def toleration_for_blocking_taint(ev: Evidence, job: str, captures: dict[str, str], margin: float | None) -> Any:
+    """The job's tolerations with the one for the taint that blocks it (the scheduler's
+    `had untolerated taint {key: value}`) added, taken from where it is known to be right: an
+    earlier run of the same job that succeeded, or another replica type of the same job that
+    carries it (a PyTorchJob's Master but not its Workers). None when neither does: whether a
+    job may use a tainted (dedicated) pool is the owner's or the platform's call."""
+    key, value = captures.get("taint_key", "").strip(), captures.get("taint_value", "").strip()
+    if not key or _NODE_CONDITION_TAINT.match(key):
+        return None
+    config = ev.configs.get(job, {})
+    setting = load_key_table().settings["tolerations"]
+    found = next(((k.key, v) for k in setting.keys if isinstance(v := _config_value(config, k.key), (list, dict))), None)
+    if found is None:
+        return None
+    _, current = found
+
+    def fits(tol: Any) -> bool:
+        return (isinstance(tol, dict) and tol.get("key") == key
+                and (tol.get("operator") == "Exists" or str(tol.get("value", "")) == value))
+
+    def carried(tolerations: Any) -> list[dict[str, Any]]:
+        lists = tolerations.values() if isinstance(tolerations, dict) else [tolerations]
+        return [t for group in lists if isinstance(group, list) for t in group if fits(t)]
+
+    proven = []
+    for run in ev.earlier_good_runs(job):
+        earlier = ev.configs.get(run, {})
+        proven = carried(next((v for k in setting.keys if (v := _config_value(earlier, k.key)) is not None), None))
+        if proven:
+            break
+    if not proven and isinstance(current, dict):
+        proven = carried(current)
+    if not proven:
+        return None
+    if isinstance(current, list):
+        return None if carried(current) else [*current, proven[0]]
+    fixed = {replica: (tols if carried(tols) else [*(tols or []), proven[0]]) for replica, tols in current.items()}
+    return fixed if fixed != current else None
 
 
 def path_on_roomiest_disk(ev: Evidence, job: str, captures: dict[str, str], margin: float | None) -> Any:
@@ -235,6 +344,9 @@ def _under(path: str, mount: str) -> bool:
     return mount == "/" or path == mount or path.startswith(mount.rstrip("/") + "/")
 
 
+# Values only another run of the job (or another replica) can prove: never computable from a log.
+FROM_OTHER_RUNS = {"toleration_for_blocking_taint"}
+
 COMPUTE: dict[str, Callable[[Evidence, str, dict[str, str], float | None], Any]] = {
     "gpus_per_node": gpus_per_node,
     "above_peak": above_peak,
@@ -244,4 +356,6 @@ COMPUTE: dict[str, Callable[[Evidence, str, dict[str, str], float | None], Any]]
     "partition_max_time": partition_max_time,
     "cpus_left_for_gpu_actors": cpus_left_for_gpu_actors,
     "path_on_roomiest_disk": path_on_roomiest_disk,
+    "cpus_per_worker_that_fit": cpus_per_worker_that_fit,
+    "toleration_for_blocking_taint": toleration_for_blocking_taint,
 }

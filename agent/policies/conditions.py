@@ -67,7 +67,14 @@ def part_of_a_workload(ev: Evidence) -> bool:
                for j in ev.focus_jobs())
 
 
+def selector_needs_more_than_a_typo(ev: Evidence) -> bool:
+    from crashcart.agent.policies.computed import selector_needs_more_than_a_typo as needs
+
+    return needs(ev)
+
+
 CONDITIONS: dict[str, Callable[[Evidence], bool]] = {
     "gpus_unaccounted": gpus_unaccounted,
+    "selector_needs_more_than_a_typo": selector_needs_more_than_a_typo,
     "part_of_a_workload": part_of_a_workload,
 }

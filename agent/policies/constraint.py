@@ -9,6 +9,7 @@ or simply every GPU busy. The answer names which one, with the arithmetic, and t
 from __future__ import annotations
 
 import re
+from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from statistics import median
@@ -19,6 +20,9 @@ from crashcart.agent.policies.evidence import Evidence, _time
 
 OUT_OF_SERVICE = {"down", "drain", "drained", "draining", "cordoned", "not_ready", "notready", "dead"}
 GROUP_LIMIT_REASON = re.compile(r"^(QOS|Assoc)Grp(GRES|TRES|Node|Cpu|Mem)", re.I)
+# Kueue's workload condition when its ClusterQueue cannot admit it (v0.4 onwards).
+KUEUE_QUOTA_REASON = re.compile(
+    r"insufficient unused quota for (?P<resource>\S+) in flavor (?P<flavor>[^\s,]+), (?P<more>\d+) more needed")
 PEAK_SHARE = 0.5
 """An hour is part of the peak when at least this share of the worst hour's GPUs wait."""
 LOW_FAIRSHARE = 0.25
@@ -146,6 +150,29 @@ def _qos_cap(ev: Evidence, rows: list[dict[str, Any]], demand: HourlyDemand, idl
     return None
 
 
+def _group_limit_from_reasons(ev: Evidence, rows: list[dict[str, Any]], idle: float) -> list[str] | None:
+    """No GrpTRES read from sacctmgr, but the waiting jobs' own pending reason (squeue %r) names a
+    group limit: the cap is then bounded by what the group's running jobs hold now."""
+    named = [r for r in rows if not _time(r.get("start_time"))
+             and GROUP_LIMIT_REASON.match(str(r.get("reason") or ""))]
+    if not named or ev.now is None:
+        return None
+    reason = Counter(str(r["reason"]) for r in named).most_common(1)[0][0]
+    kind, key = ("QOS", "qos") if reason.upper().startswith("QOS") else ("account", "account")
+    groups = sorted({str(r[key]) for r in named if r.get(key)})
+    members = [r for r in rows if r.get(key) in groups] if groups else []
+    held = _held_at(members, ev.now)
+    smallest = min((r.get("gpus") or 0 for r in named), default=0)
+    who = f"{kind} {', '.join(groups)}" if groups else f"their {kind}"
+    lines = [f"{len(named)} jobs of {who} wait with reason {reason}: the {kind}'s group limit (GrpTRES) "
+             "is reached, not the nodes"]
+    if members and held:
+        lines.append(f"the {kind}'s running jobs hold {held} GPUs now, so its cap is at least {held} and below "
+                     f"{held} + {smallest} = {held + smallest} (the smallest waiting request)")
+    lines.append(f"meanwhile {idle:.0f} GPUs were free while the jobs waited (median)")
+    return lines
+
+
 def _starts(rows: list[dict[str, Any]]) -> list[datetime]:
     return [t for r in rows if (t := _time(r.get("start_time")))]
 
@@ -172,6 +199,23 @@ def _kueue_quota(ev: Evidence) -> list[str] | None:
                 f"{q['pending_workloads']} workloads wait for quota while {q['admitted_workloads']} are admitted",
             ]
     return None
+
+
+def _kueue_quota_from_reasons(ev: Evidence, rows: list[dict[str, Any]], idle: float) -> list[str] | None:
+    """No ClusterQueue read, but Kueue's own message on the waiting workloads says their queue's
+    quota is used up: what the same namespaces' admitted workloads hold is that quota's use."""
+    held = [(r, m) for r in rows if not _time(r.get("start_time"))
+            if (m := KUEUE_QUOTA_REASON.search(str(r.get("reason") or "")))]
+    if not held or ev.now is None:
+        return None
+    namespaces = sorted({str(r["partition"]) for r, _ in held if r.get("partition")})
+    using = _held_at([r for r in rows if r.get("partition") in namespaces], ev.now)
+    resource, flavor = held[0][1]["resource"], held[0][1]["flavor"]
+    more = sum(int(m["more"]) for _, m in held)
+    return [f"{len(held)} workloads of {', '.join(namespaces) or 'the queue'} are not admitted: Kueue reports "
+            f"insufficient unused quota for {resource} in flavor {flavor} ({more} more needed in all)",
+            f"the admitted workloads there hold {using} GPUs: that is the ClusterQueue's quota in use, so the "
+            f"waiting ones stay suspended while {idle:.0f} GPUs sit free (median while they waited)"]
 
 
 def _autoscaler_max(ev: Evidence) -> list[str] | None:
@@ -243,6 +287,9 @@ def binding_constraint(ev: Evidence) -> tuple[str, list[str], dict[str, Any]]:
     checks = [
         ("qos_cap", "a QOS/account GPU cap (GrpTRES)", lambda: _qos_cap(ev, scoped, demand, idle)),
         ("kueue_quota", "the Kueue ClusterQueue quota", lambda: _kueue_quota(ev)),
+        # The limit tables were not read: the waiting jobs' own pending reason names the limit.
+        ("group_limit_reason", "a QOS/account GPU cap (GrpTRES)", lambda: _group_limit_from_reasons(ev, scoped, idle)),
+        ("kueue_quota_reason", "the Kueue ClusterQueue quota", lambda: _kueue_quota_from_reasons(ev, scoped, idle)),
         ("autoscaler_max", "the autoscaler's max_workers", lambda: _autoscaler_max(ev)),
         ("fair_share", "fair share", lambda: _fair_share(ev, scoped, text, rows)),
     ]
@@ -254,8 +301,9 @@ def binding_constraint(ev: Evidence) -> tuple[str, list[str], dict[str, Any]]:
     if found:
         key, what, lines = found
         chart["binds"] = key
+        # The limit and its arithmetic (the second line: what the group holds, the quota in use).
         return (f"jobs wait at {demand.window()} because {what} binds, not the cluster's size: "
-                f"{lines[0]}.", lines + base, chart)
+                f"{'; '.join(lines[:2])}.", lines + base, chart)
     if samples and no_room >= FULL_SHARE * len(samples):
         chart["binds"] = "capacity"
         return (f"jobs wait at {demand.window()} because every GPU is busy then: {no_room} of {len(samples)} waits "
@@ -276,3 +324,77 @@ def _waited(r: dict[str, Any]) -> bool:
 def _row_of(f) -> dict[str, Any]:
     return {"job": f.job, "user": f.user, "partition": f.partition, "state": f.state, "reason": f.reason,
             "account": f.account, "qos": f.qos, "gpus": f.gpus, "submit_time": f.submit_time, "start_time": f.start_time, "end_time": f.end_time}
+
+
+# `ray status` as Ray 2.x prints it (also echoed into a driver's log): one section per header.
+_RAY_STATUS = re.compile(r"=+ Autoscaler status: [^\n]*=+\n")
+_SECTION = re.compile(r"^(Active|Idle|Pending|Recent failures|Usage|Demands|Pending Demands):\s*$")
+_USAGE = re.compile(r"^\s*(?P<used>[\d.]+)(?:[KMGT]i?B)?/(?P<total>[\d.]+)(?:[KMGT]i?B)? (?P<res>\w+)")
+_DEMAND = re.compile(r"^\s*(?P<bundle>\{[^}]*\})(?: \* (?P<n>\d+))?(?: \(\w+\))?: (?P<count>\d+)\+ pending (?P<kind>.+)$")
+_NODES = re.compile(r"^\s*(?P<count>\d+) (?P<type>\S+)\s*$")
+
+
+def ray_status(text: str) -> dict[str, Any] | None:
+    """The newest `ray status` block in a text: nodes per type (active, pending), recent failures,
+    resource usage and unmet demands. None when the text holds none."""
+    blocks = _RAY_STATUS.split(text)
+    if len(blocks) < 2:
+        return None
+    status: dict[str, Any] = {"active": {}, "pending": {}, "failures": [], "usage": {}, "demands": []}
+    section = None
+    for line in blocks[-1].splitlines():
+        if line and not line[0].isspace():
+            # Entries are indented; any other line is a header, which ends the section before it.
+            m = _SECTION.match(line.strip())
+            section = m[1] if m else None
+            continue
+        if not line.strip() or line.strip().startswith(("(no ", "---")) or section is None:
+            continue
+        if section in {"Active", "Pending"} and (m := _NODES.match(line)):
+            status[section.lower()][m["type"]] = int(m["count"])
+        elif section == "Recent failures":
+            status["failures"].append(line.strip())
+        elif section == "Usage" and (m := _USAGE.match(line)):
+            status["usage"][m["res"]] = (float(m["used"]), float(m["total"]))
+        elif section in {"Demands", "Pending Demands"} and (m := _DEMAND.match(line)):
+            status["demands"].append(line.strip())
+    return status
+
+
+def autoscaler_at_max(ev: Evidence) -> tuple[str, list[str], dict[str, Any] | None]:
+    """One job waits for resources the cluster will not grow to give: the autoscaler launches no
+    node for its demand (none pending, no launch failure) while every GPU is held."""
+    docs = [d for d in ev.docs if d.source in {"log", "status_message"} or d.call.startswith("ray_autoscaler_status")]
+    status = next((st for d in reversed(docs) if (st := ray_status(d.text))), None)
+    job = next(iter(ev.focus_jobs()), None)
+    subject = f"job {job}" if job else "the jobs"
+    if not status:
+        return f"{subject} waits, and no `ray status` was seen to tell why.", [], None
+    used, total = status["usage"].get("GPU", (0.0, 0.0))
+    active = ", ".join(f"{n} {t}" for t, n in status["active"].items()) or "no nodes"
+    seen = (f"ray status: {active} active, no node pending and no launch failure, while "
+            f"{used:g} of {total:g} GPUs are in use")
+    lines = [seen, *(f"unmet demand: {d}" for d in status["demands"][:3])]
+    bound = _configured_max(ev, status["active"])
+    if bound:
+        lines.insert(0, bound)
+    # No node launching and none failing while a GPU demand waits: the autoscaler has nothing it may
+    # add (the type is at max_workers, or the cluster does not autoscale).
+    why = bound or "the GPU node type is at its max_workers (or the cluster does not autoscale)"
+    return (f"{subject} waits because {why}: {seen}. Nothing is broken: it starts "
+            "when running work frees GPUs, or sooner if the node type's maximum is raised.", lines, None)
+
+
+def _configured_max(ev: Evidence, active: dict[str, int]) -> str | None:
+    """The node type's max_workers as the autoscaler (ray_autoscaler_status) or the RayCluster's
+    worker group (maxReplicas) states it, when it was read and the type runs that many."""
+    for t in (ev.limits.get("autoscaler") or {}).get("node_types") or []:
+        if t.get("max_workers") and t.get("running", 0) >= t["max_workers"]:
+            return f"node type {t['name']} runs {t['running']} of max_workers={t['max_workers']}"
+    for config in ev.configs.values():
+        for key, value in config.items():
+            m = re.fullmatch(r"workerGroupSpecs\.(?P<g>[\w.-]+)\.maxReplicas", str(key))
+            if m and isinstance(value, int) and any(t.endswith(m["g"]) or t == m["g"] for t in active) \
+                    and active.get(m["g"], 0) >= value:
+                return f"worker group {m['g']} runs {active[m['g']]} of maxReplicas={value}"
+    return None

@@ -31,6 +31,7 @@ _CANCELLED_BY = re.compile(r"^CANCELLED by (\d+)$", re.I)
 # coreutils `id` as a job script's prolog prints it: "uid=61407(ajoshi) gid=6001(nlp) groups=...".
 _ID_LINE = re.compile(r"(?<![\w=])uid=(\d+)\(([^)\s]+)\)")
 RUNNING_STATES = {"RUNNING", "COMPLETING", "CONFIGURING", "ALIVE"}
+SUCCEEDED_STATES = {"COMPLETED", "SUCCEEDED", "COMPLETE"}
 # The scheduler reads, and the fields of their output the capacity answers read.
 LIMIT_TOOLS = {
     "sacctmgr_show": ("qos", "associations"), "sshare": ("shares",),
@@ -152,6 +153,19 @@ class Evidence:
         known = set(self.jobs) | {f.name for f in self.jobs.values() if f.name} | set(self.nodes)
         return [t for t in dict.fromkeys(ENTITY_NAME.findall(self.trigger.get("text") or ""))
                 if not any(_names(t, k) for k in known)]
+
+    def earlier_good_runs(self, job: str) -> list[str]:
+        """Earlier runs of the same job (the same name and owner, another id) that succeeded and
+        ended before it was submitted, newest first: what last worked is evidence of the right value."""
+        facts = self.jobs.get(job)
+        if not facts or not facts.name:
+            return []
+        since = facts.submit_time or facts.start_time
+        runs = [f for j, f in self.jobs.items()
+                if j != job and f.name == facts.name and f.user == facts.user
+                and f.state.upper().split(" ")[0] in SUCCEEDED_STATES and f.end_time is not None
+                and (since is None or f.end_time <= since)]
+        return [f.job for f in sorted(runs, key=lambda f: f.end_time, reverse=True)]
 
     def upstream_jobs(self) -> list[str]:
         ups: list[str] = []

@@ -15,7 +15,7 @@ from typing import Any
 
 from crashcart.agent.policies import fanout
 from crashcart.agent.policies.capacity import demand_forecast, idle_gpus
-from crashcart.agent.policies.constraint import binding_constraint
+from crashcart.agent.policies.constraint import autoscaler_at_max, binding_constraint
 from crashcart.agent.policies.conditions import CONDITIONS, idle_gpu_nodes
 from crashcart.agent.policies.evidence import SUSPICIOUS, Evidence, RUNNING_STATES, build_evidence, call_key
 from crashcart.agent.policies.matching import LabelMatch, match_label, near_miss
@@ -39,6 +39,7 @@ ANALYSES = {
     "demand_forecast": lambda ev: (*demand_forecast(ev), None),
     "idle_gpus": lambda ev: (*idle_gpus(ev), None),
     "binding_constraint": binding_constraint,
+    "autoscaler_at_max": autoscaler_at_max,
 }
 
 
@@ -166,6 +167,8 @@ class PlaybookPolicy:
                 targets = [{"node": n} for n, row in ev.nodes.items() if row.get("gpus")][:MAX_NODES_PER_STEP]
             elif step.scope == "idle_gpu_nodes":
                 targets = [{"node": n} for n in idle_gpu_nodes(ev)[:MAX_NODES_PER_STEP]]
+            elif step.scope == "earlier_good_runs":
+                targets = [{"job": r} for j in jobs for r in ev.earlier_good_runs(j)[:1]]
             elif step.scope == "failed_peers":
                 targets = [{"job": j} for j in ev.failed_peers()[:MAX_PEER_JOBS]]
             elif step.scope == "namespace":

@@ -101,3 +101,60 @@ def test_a_chat_about_one_named_job_is_not_a_capacity_review():
                                                          end_time=r["end_time"].isoformat()) for r in rows]}}],
                                 named.trigger, NOW).jobs
     assert named.focus_jobs() == ["2"] and match_label(entry, named) is None
+
+
+# --- the limit read from the waiting jobs' own pending reasons, when no limit table was read ---
+
+def _pending(i, gpus=8, **extra):
+    return {"job": str(i), "state": "PENDING", "gpus": gpus, "user": "u1",
+            "submit_time": NOW - timedelta(hours=2), **extra}
+
+
+def _running(i, gpus=8, **extra):
+    return {"job": str(i), "state": "RUNNING", "gpus": gpus, "user": "u1",
+            "submit_time": NOW - timedelta(hours=4), "start_time": NOW - timedelta(hours=4), **extra}
+
+
+def test_a_group_limit_reason_bounds_the_cap_by_what_the_group_holds():
+    rows = [_running(1, 16, account="nlp"), _running(2, 8, account="nlp"), _running(3, 8, account="chem")]
+    rows += [_pending(4, 8, account="nlp", reason="AssocGrpGRES"), _pending(5, 16, account="nlp", reason="AssocGrpGRES")]
+    answer, lines, chart = binding_constraint(evidence(rows, nodes=6))
+    assert chart["binds"] == "group_limit_reason" and "account nlp" in answer and "AssocGrpGRES" in answer
+    # 24 held by the account's running jobs (not chem's 8); the smallest wait asks 8.
+    assert any("hold 24 GPUs" in line and "24 + 8 = 32" in line for line in lines)
+
+
+def test_a_priority_or_resources_reason_is_no_group_limit():
+    rows = [_running(1, 32), _pending(2, 8, reason="Resources"), _pending(3, 8, reason="Priority")]
+    _, _, chart = binding_constraint(evidence(rows, nodes=4))
+    assert chart["binds"] not in {"qos_cap", "group_limit_reason"}
+
+
+KUEUE = "couldn't assign flavors to pod set main: insufficient unused quota for nvidia.com/gpu in flavor {f}, {n} more needed"
+
+
+def test_kueues_own_admission_message_names_the_queue_quota():
+    rows = [_running(1, 16, partition="team-a"), _running(2, 8, partition="team-b")]
+    rows += [_pending(3, 8, partition="team-a", reason="Pending: " + KUEUE.format(f="a100", n=8)),
+             _pending(4, 4, partition="team-a", reason="Pending: " + KUEUE.format(f="a100", n=4))]
+    answer, lines, chart = binding_constraint(evidence(rows, nodes=6))
+    assert chart["binds"] == "kueue_quota_reason" and "flavor a100" in answer and "12 more needed" in answer
+    assert any("hold 16 GPUs" in line for line in lines)  # team-a's admitted work, not team-b's
+
+
+def test_ray_status_is_read_from_the_newest_block():
+    from crashcart.agent.policies.constraint import ray_status
+
+    text = "\n".join([
+        "======== Autoscaler status: 2026-01-01 10:00:00.000000 ========", "Active:", " 2 gpu", "Usage:",
+        " 1.0/16.0 GPU",
+        "======== Autoscaler status: 2026-01-01 11:00:00.000000 ========", "Node status", "-" * 20, "Active:",
+        " 1 head", " 4 gpu-a10g", "Pending:", " (no pending nodes)", "Recent failures:", " (no failures)", "",
+        "Resources", "-" * 20, "Usage:", " 60.0/184.0 CPU", " 16.0/16.0 GPU", " 0B/700.00GiB memory", "",
+        "Demands:", " {'GPU': 4.0}: 2+ pending tasks/actors",
+    ])
+    st = ray_status(text)
+    assert st["active"] == {"head": 1, "gpu-a10g": 4} and st["pending"] == {} and st["failures"] == []
+    assert st["usage"]["GPU"] == (16.0, 16.0) and st["usage"]["CPU"] == (60.0, 184.0)
+    assert st["demands"] == ["{'GPU': 4.0}: 2+ pending tasks/actors"]
+    assert ray_status("no status here") is None

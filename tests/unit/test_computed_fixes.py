@@ -266,3 +266,100 @@ def test_an_fp16_overflow_moves_to_bf16_only_on_gpus_that_have_it(model, expecte
     ev.nodes = {"n1": {"node": "n1", "gpu_model": model}}
     remedy = load_playbooks()["fp16_loss_scale_floor"].label.remedy
     assert compute_changes(remedy, ev, "j1", {})[0] == expected
+
+
+def test_a_cpu_stage_whose_tasks_take_several_cpus_is_capped_in_tasks_not_cpus():
+    from crashcart.agent.policies.computed import cpus_left_for_gpu_actors
+
+    # 256 CPUs, 32 GPU actors at 2 CPUs: 192 CPUs left, 4 per preprocessing actor -> 48 actors.
+    caps = {"cpus_total": "256", "gpus_total": "32", "cpu_each": "2.0"}
+    config = {"preprocess_concurrency": 64, "preprocess_num_cpus": 4, "read_num_cpus": 1}
+    assert cpus_left_for_gpu_actors(_ev(config=config), "j1", caps, None) == 48
+
+
+RAY_STATUS = """======== Autoscaler status: 2026-11-11 07:14:31.118203 ========
+Usage:
+ {cpu}/{cpu} CPU
+ 0.0/{gpu} GPU
+"""
+
+
+@pytest.mark.parametrize("cpus, gpus, asked, expected", [
+    ("200.0", "16.0", "{'CPU': 1.0} * 1, {'CPU': 16.0, 'GPU': 1.0} * 16 (PACK)", 12),   # (200-1)/16
+    ("392.0", "32.0", "{'CPU': 24.0, 'GPU': 2.0} * 8 (SPREAD)", None),  # 12.25 per GPU x 2 = 24: it fits, no fix
+    ("200.0", "16.0", "{'CPU': 16.0, 'GPU': 1.0} * 32 (PACK)", None),  # 32 GPUs on 16: CPUs are not the problem
+])
+def test_worker_cpus_come_down_to_what_the_gpu_nodes_have_per_gpu(cpus, gpus, asked, expected):
+    import re
+
+    from crashcart.agent.policies.computed import cpus_per_worker_that_fit
+
+    m = re.search(r"\{'CPU': (?P<c>[\d.]+), 'GPU': (?P<g>[\d.]+)\} \* (?P<n>\d+)", asked)
+    caps = {"request": asked, "cpu_each": m["c"], "gpu_each": m["g"], "bundles": m["n"]}
+    ev = _ev(RAY_STATUS.format(cpu=cpus, gpu=gpus), {"resources_per_worker": {"CPU": float(m["c"]), "GPU": 1}})
+    assert cpus_per_worker_that_fit(ev, "j1", caps, None) == expected
+
+
+# --- the toleration for the taint that blocks a pod, from where it is known to be right ---------
+
+TOL = {"key": "dedicated", "operator": "Equal", "value": "llm-train", "effect": "NoSchedule"}
+TAINT = {"taint_key": "dedicated", "taint_value": "llm-train"}
+
+
+def _runs(now_config: dict, earlier: list[tuple[str, str, dict]]) -> Evidence:
+    """The pending job j1 (`train`, owner u1) and earlier runs (id, state, config), newest last."""
+    ev = _ev(config=now_config)
+    ev.jobs["j1"] = JobFacts(job="j1", name="train", user="u1", state="Pending", submit_time=T0)
+    for i, (job, state, config) in enumerate(earlier):
+        ev.jobs[job] = JobFacts(job=job, name="train", user="u1", state=state,
+                                end_time=T0 - timedelta(days=len(earlier) - i))
+        ev.configs[job] = config
+    return ev
+
+
+def test_the_toleration_comes_from_the_last_run_of_the_same_job_that_succeeded():
+    from crashcart.agent.policies.computed import toleration_for_blocking_taint
+
+    ev = _runs({"tolerations": []}, [("r1", "Succeeded", {"tolerations": [TOL]}), ("r2", "Failed", {"tolerations": []})])
+    assert ev.earlier_good_runs("j1") == ["r1"]
+    assert toleration_for_blocking_taint(ev, "j1", TAINT, None) == [TOL]
+
+
+@pytest.mark.parametrize("earlier, taint", [
+    ([("r1", "Succeeded", {"tolerations": []})], TAINT),                       # the run predates the taint
+    ([("r1", "Failed", {"tolerations": [TOL]})], TAINT),                       # a run that did not work proves nothing
+    ([("r1", "Succeeded", {"tolerations": [TOL]})], {"taint_key": "node.kubernetes.io/unreachable", "taint_value": ""}),
+])
+def test_no_toleration_without_proof_or_for_a_node_that_is_unwell(earlier, taint):
+    from crashcart.agent.policies.computed import toleration_for_blocking_taint
+
+    assert toleration_for_blocking_taint(_runs({"tolerations": []}, earlier), "j1", taint, None) is None
+
+
+def test_another_run_by_someone_else_is_not_the_same_job():
+    from crashcart.agent.policies.computed import toleration_for_blocking_taint
+
+    ev = _runs({"tolerations": []}, [("r1", "Succeeded", {"tolerations": [TOL]})])
+    ev.jobs["r1"].user = "someone-else"
+    assert toleration_for_blocking_taint(ev, "j1", TAINT, None) is None
+
+
+def test_a_replica_type_missing_the_toleration_gets_the_one_its_sibling_carries():
+    from crashcart.agent.policies.computed import toleration_for_blocking_taint
+
+    ev = _runs({"tolerations": {"Master": [TOL], "Worker": []}}, [])
+    assert toleration_for_blocking_taint(ev, "j1", TAINT, None) == {"Master": [TOL], "Worker": [TOL]}
+
+
+def test_a_selector_value_no_typo_explains_comes_from_the_last_good_run_if_free_nodes_carry_it():
+    from crashcart.agent.policies.computed import selector_as_idle_nodes_carry, selector_needs_more_than_a_typo
+
+    key = "cloud.google.com/gke-accelerator"
+    ev = _runs({"nodeSelector": {key: "nvidia-tesla-v100"}}, [("r1", "Succeeded", {"nodeSelector": {key: "nvidia-a100-80gb"}})])
+    ev.trigger = {"kind": "job_pending", "job": "j1"}
+    ev.nodes = {"a1": {"node": "a1", "state": "idle", "gpus": 8, "labels": {key: "nvidia-a100-80gb"}},
+                "l1": {"node": "l1", "state": "idle", "gpus": 4, "labels": {key: "nvidia-l4"}}}
+    assert selector_needs_more_than_a_typo(ev)
+    assert selector_as_idle_nodes_carry(ev, "j1", {}, None) == {key: "nvidia-a100-80gb"}
+    ev.nodes["a1"]["state"] = "cordoned"  # the pool the good run used has no free node now
+    assert selector_as_idle_nodes_carry(ev, "j1", {}, None) is None

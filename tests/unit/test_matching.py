@@ -333,3 +333,16 @@ def test_score_tool_call_budget():
 def test_score_no_budget_means_unlimited(scenario):
     assert scenario.expect.max_tool_calls is None
     assert score(scenario, GOOD_DIAGNOSIS, [GOOD_ACTION], 500) == ([], [])
+
+
+def test_with_the_submitted_config_changes_are_checked_on_the_resubmitted_config():
+    # Contract 2: the resubmitted config must satisfy every named key; a key the fix keeps (the
+    # number of workers) holds from the submitted config, but an unchanged resubmit never passes.
+    want = ExpectedAction(tool="resubmit", args={"job": "48213"},
+                          changes={"resources_per_worker.CPU": {"le": 12}, "num_workers": 16})
+    submitted = {"num_workers": 16, "resources_per_worker": {"CPU": 16, "GPU": 1}}
+    assert action_matches(want, "resubmit", resubmit(changes={"resources_per_worker.CPU": 12}), submitted)
+    assert not action_matches(want, "resubmit", resubmit(changes={"resources_per_worker.CPU": 12, "num_workers": 8}),
+                              submitted)
+    assert not action_matches(want, "resubmit", resubmit(changes={"resources_per_worker.CPU": 12}))  # 16 workers unknown
+    assert not action_matches(want, "resubmit", resubmit(changes={}), {"num_workers": 16, "resources_per_worker.CPU": 8})

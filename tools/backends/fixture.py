@@ -100,7 +100,9 @@ class FixtureBackend(Backend):
             job=job.id, name=job.name, user=job.user, partition=job.partition, state=job.state,
             reason=job.reason, exit_code=job.exit_code, nodes=job.nodes, gpus=job.gpus,
             submit_time=job.submit_time, start_time=job.start_time, end_time=job.end_time,
-            attempt=attempt, depends_on=job.depends_on, account=job.account, qos=job.qos,
+            attempt=attempt, depends_on=job.depends_on,
+            # sbatch --account/--qos as submitted: sacct prints them whichever way a scenario wrote them.
+            account=job.account or _submitted(job, "account"), qos=job.qos or _submitted(job, "qos"),
         )
 
     def _state_matches(self, job: Job, wanted: list[str] | None) -> bool:
@@ -537,3 +539,8 @@ class FixtureBackend(Backend):
                 changes.pending.append(self._row(job))
         changes.nodes_down = [self._node_row(n) for n in self.cluster.nodes if n.state in ("down", "not_ready")]
         return changes
+
+
+def _submitted(job: Job, key: str) -> str | None:
+    value = (job.config or {}).get(key)
+    return str(value) if isinstance(value, (str, int)) and not isinstance(value, bool) and value != "" else None
