@@ -45,8 +45,7 @@ def used():
 def decode():
     # The raylet's own kill threshold (its workers inherit its environment), read now: the
     # machine is shared, so how much this task must hold to cross it is only known now. It
-    # stops at the threshold: memory held past it would still show in the monitor's samples
-    # after the kill, and the monitor would kill the job's supervisor next.
+    # holds no more than that: the machine's other users need the rest.
     threshold = float(os.environ["RAY_memory_usage_threshold"])
     chunks = []
     while True:
