@@ -39,7 +39,10 @@ print("training on the spot node", flush=True)
 ray.get(shard.remote(0))
 """
 FAST_HEALTH_CHECKS = {"RAY_health_check_period_ms": "500", "RAY_health_check_failure_threshold": "4",
-                      "RAY_health_check_initial_delay_ms": "1000"}
+                      "RAY_health_check_initial_delay_ms": "1000",
+                      # No memory monitor: its threshold is the whole machine's, and on a shared
+                      # machine others' use crossing it made it kill these tests' job supervisors.
+                      "RAY_memory_monitor_refresh_ms": "0"}
 
 
 @pytest.fixture(scope="module")
