@@ -111,7 +111,8 @@ def test_an_exception_in_the_entrypoint_is_diagnosed_from_the_real_traceback(ray
     assert ray_lab.snapshot(job) == before
 
 
-def test_a_task_killed_by_the_memory_monitor_is_resubmitted_with_more_memory(ray_lab: RayLab, tmp_path):
+def test_a_task_killed_by_the_memory_monitor_is_resubmitted_with_more_memory(oom_lab: RayLab, tmp_path):
+    ray_lab = oom_lab
     script = ray_lab.script("decode.py", MEMORY_HOG)
     job = ray_lab.submit(script, f"--decoded={tmp_path / 'decoded'}", "--resources_per_worker.memory_gb=0.5",
                          env={"DECODE_THREADS": "4"})
