@@ -25,6 +25,17 @@ Why each setting (see the Ray section of the project's notes):
 - RAY_memory_usage_threshold just above what the machine uses now: the memory monitor
   then kills a task that allocates a couple of GB (a real OUT_OF_MEMORY), while ordinary
   tasks keep running. The threshold is node-wide, so it is computed at start.
+- RAY_worker_killing_policy_by_group=true: Ray's single-kill policy (the one before 2.56). The
+  default since 2.56 may kill several workers at once: with the task over the threshold it
+  also killed the job's JobSupervisor actor, and the Jobs API then reports the supervisor's
+  death, not the task's OUT_OF_MEMORY. The single-kill policy kills the newest non-retriable
+  worker (the task) and waits for it to die before it kills anything else.
+- RAY_memory_monitor_refresh_ms=3000: a sample the monitor took while the killed task was still
+  dying can reach the raylet's loop after the task is gone (under load that loop runs half a
+  second late, the task takes as long to die), and the raylet then kills the next worker, the
+  job's supervisor, for memory already freed. Samples three seconds apart leave the task time
+  to die before the next one; the test's task holds its memory until it is killed, so a
+  slower monitor only makes the kill come later.
 - HOME and RAY_AUTH_MODE: a token in ~/.ray from someone else's cluster would otherwise
   be sent to ours; this head runs without token auth.
 """
@@ -100,7 +111,7 @@ def up(directory: str | Path, extra_env: dict[str, str] | None = None) -> RayHea
     # `python` in a job's entrypoint is this interpreter, the one with Ray, as on a real cluster.
     path = f"{Path(sys.executable).parent}:{os.environ.get('PATH', '/usr/bin:/bin')}"
     env = {**os.environ, **client_env(root), "PATH": path, "RAY_memory_usage_threshold": str(threshold),
-           "RAY_memory_monitor_refresh_ms": "100", **(extra_env or {})}
+           "RAY_memory_monitor_refresh_ms": "3000", "RAY_worker_killing_policy_by_group": "true", **(extra_env or {})}
     argv = [_ray_bin(), "start", "--head", "--block", "--node-ip-address=127.0.0.1", f"--port={gcs}",
             "--num-cpus=2", "--object-store-memory=100000000", "--dashboard-host=127.0.0.1",
             f"--dashboard-port={dashboard}", f"--ray-client-server-port={free_port()}",

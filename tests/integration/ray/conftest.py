@@ -1,8 +1,7 @@
 """A real local Ray head on loopback, started once per test session.
 
 tests/harness/ray_local.py starts `ray start --head --block` in a session of its own
-(RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0, 2 CPUs, a 100 MB object store, the memory monitor's
-threshold just above what the machine uses now) and stops it by that session's pids,
+(RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0, 2 CPUs, a 100 MB object store, no memory monitor) and stops it by that session's pids,
 never with `ray stop`. The tests skip when Ray is not installed, except when the CI
 environment variable is set: then they fail, so a CI run without a real head cannot pass.
 """
@@ -42,7 +41,9 @@ def ray_lab() -> RayLab:
 
     root = Path(tempfile.mkdtemp(prefix="crashcart-ray-"))
     try:
-        head = ray_local.up(root)
+        # No memory monitor on the shared head: its threshold is the whole machine's, and others'
+        # use crossing it killed these tests' workers. The OOM test starts a head of its own.
+        head = ray_local.up(root, extra_env={"RAY_memory_monitor_refresh_ms": "0"})
     except RuntimeError as e:
         ray_local.down(root)
         shutil.rmtree(root, ignore_errors=True)
@@ -54,6 +55,25 @@ def ray_lab() -> RayLab:
     finally:
         ray_local.down(root)
         shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture
+def oom_lab(ray_lab: RayLab):
+    """A head of the test's own, its memory monitor's threshold just above what the machine uses
+    now: a threshold that old would be crossed by the machine's other users."""
+    import ray_local
+
+    root = Path(tempfile.mkdtemp(prefix="crashcart-ray-oom-"))
+    try:
+        head = ray_local.up(root / "head")
+    except RuntimeError as e:
+        pytest.fail(str(e), pytrace=False)
+    try:
+        yield RayLab(head=head, scripts=root / "scripts")
+    finally:
+        ray_local.down(root / "head")
+        shutil.rmtree(root, ignore_errors=True)
+        ray_lab.__post_init__()  # the shared head's client settings again
 
 
 @pytest.fixture

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -76,9 +77,20 @@ class RayLab:
             time.sleep(0.5)
         raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
 
-    def snapshot(self) -> list[tuple[str, str, str]]:
-        """Every job the head knows, with its status and entrypoint: what a write would change."""
-        return sorted((j.submission_id or "", str(j.status.value), j.entrypoint) for j in self.jobs.list_jobs())
+    def snapshot(self, *jobs: str) -> list[tuple[str, str, str]]:
+        """The test's own jobs, and every job resubmitted from one of them, with status and
+        entrypoint: what a write of the agent on them would change. Only these: the shared head
+        also holds earlier tests' jobs, and a stop of theirs still under way is not this test's."""
+        own = set(jobs)
+        return sorted((j.submission_id or "", str(j.status.value), j.entrypoint) for j in self.jobs.list_jobs()
+                      if j.submission_id in own or (j.metadata or {}).get("crashcart_resubmit_of") in own)
+
+    def window_start(self) -> datetime:
+        """The start of a window of the head's failures that holds only what ends after this call:
+        a watch cursor set here never sees an earlier test's failure. The Jobs API stamps a job's
+        end in whole milliseconds, truncated, so one that ended before this call ends before
+        this instant and one submitted after it ends after it."""
+        return datetime.now(UTC)
 
     def stop(self, *jobs: str | None) -> None:
         """Stop the jobs and wait until they have stopped: a stop still under way would change a

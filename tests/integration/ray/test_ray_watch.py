@@ -4,8 +4,6 @@ its owner stopped is no incident, and the recorded incident exports to a scenari
 
 from __future__ import annotations
 
-from datetime import timedelta
-
 from raylab import ALLOW_ALL, CLUSTER, RayLab
 from test_ray_agent import DYING_ACTOR
 
@@ -27,15 +25,39 @@ for i in range(600):
 """
 
 
+DIES_ONCE = """
+import os, sys
+import ray
+ray.init()
+marker = sys.argv[1]
+first = not os.path.exists(marker)
+open(marker, "a").close()
+
+@ray.remote(max_restarts=0)
+class Trainer:
+    def step(self, die):
+        if die:
+            os._exit(1)  # the worker process dies under the actor (a segfault would do the same)
+        return "step 2 loss 2.85"
+
+t = Trainer.remote()
+print("step 1 loss 2.90", flush=True)
+print(ray.get(t.step.remote(first)), flush=True)
+"""
+"""An actor that dies the first time (a transient fault): the job crashcart resubmits succeeds,
+so it ends on its own and is no new failure for the next poll."""
+
+
 def test_watch_opens_one_incident_ignores_a_stopped_job_and_the_incident_exports(ray_lab: RayLab, tmp_path):
     backend = ray_lab.backend()
     store = IncidentStore(str(tmp_path / "watch.duckdb"))
     deps = make_deps(backend, make_policy("playbook"), policy_from_dict(ALLOW_ALL), store, cluster=CLUSTER)
     watcher = Watcher(deps, cluster=CLUSTER, settings=WatchSettings(interval_s=0))
-    store.set_watch_cursor(CLUSTER, backend.now() - timedelta(seconds=5))
+    # Only what ends from now on: an earlier test's failure is not this watch's to act on.
+    store.set_watch_cursor(CLUSTER, ray_lab.window_start())
 
     stopped = ray_lab.submit(ray_lab.script("sleeper.py", SLEEPER))
-    failed = ray_lab.submit(ray_lab.script("watched_actor.py", DYING_ACTOR))
+    failed = ray_lab.submit(ray_lab.script("watched_actor.py", DIES_ONCE), str(tmp_path / "died-once"))
     ray_lab.wait(stopped, "RUNNING")
     ray_lab.jobs.stop_job(stopped)  # its owner stopped it: a decision, not a failure
     assert ray_lab.wait(stopped) == "STOPPED"
@@ -43,19 +65,19 @@ def test_watch_opens_one_incident_ignores_a_stopped_job_and_the_incident_exports
     new = None
     try:
         touched = watcher.poll_once()
-        triggers = {store.get_incident(i).incident.trigger.get("job"): i for i in touched}
-        assert stopped not in triggers
-        assert failed in triggers
+        # Its own failure, one incident; the stopped job is none.
+        assert [store.get_incident(i).incident.trigger.get("job") for i in touched] == [failed]
+        triggers = {failed: touched[0]}
         detail = store.get_incident(triggers[failed])
         assert detail.incident.diagnosis["label"] == "ray_actor_died"
         resubmits = [a for a in detail.actions if a.tool == "resubmit"]
         assert len(resubmits) == 1 and resubmits[0].result["new_job"]
         new = resubmits[0].result["new_job"]
         assert ray_lab.jobs.get_job_info(new).metadata["crashcart_resubmit_of"] == failed
+        assert ray_lab.wait(new) == "SUCCEEDED"
 
         # The next poll sees nothing new: the failure is claimed and not acted on again.
-        again = [i for i in watcher.poll_once() if store.get_incident(i).incident.trigger.get("job") in (failed, stopped)]
-        assert again == []
+        assert watcher.poll_once() == []
 
         last = {d.action_id: (d.tool, d.args, d.decision) for d in detail.decisions}
         text = scenario_from_incident(triggers[failed], Tape.from_jsonl(store.load_tape(triggers[failed])),
@@ -90,8 +112,11 @@ def test_a_running_job_whose_log_stopped_is_stalled_and_a_busy_one_is_not(ray_la
         ray_lab.wait(silent, "RUNNING")
         ray_lab.wait(chatty, "RUNNING")
         backend = ray_lab.backend()
+        # Of this test's jobs only: the shared head may run others. Fifteen seconds without a line is
+        # a stall the chatty job (a line a second) does not reach even on a loaded machine.
         stalled = ray_lab.wait_for("the silent job to count as stalled", lambda: {
-            r.job for r in backend.changes_since(backend.now(), stall_minutes=0.1).stalled} or None, timeout=40)
+            r.job for r in backend.changes_since(backend.now(), stall_minutes=0.25).stalled} & {silent, chatty} or None,
+            timeout=60)
         assert stalled == {silent}
     finally:
         ray_lab.stop(silent, chatty)
@@ -103,21 +128,24 @@ def test_crashcart_watch_with_a_ray_cluster_yaml_in_dry_run(ray_lab: RayLab, tmp
     import sys
     from pathlib import Path
 
+    start = ray_lab.window_start()
     job = ray_lab.submit(ray_lab.script("cli_actor.py", DYING_ACTOR))
     assert ray_lab.wait(job) == "FAILED"
     config = tmp_path / "cluster.yaml"
-    config.write_text(f"name: ray-local\nbackend: ray\nray: {{dashboard: '{ray_lab.head.dashboard_url}', "
+    config.write_text(f"name: {CLUSTER}\nbackend: ray\nray: {{dashboard: '{ray_lab.head.dashboard_url}', "
                       f"gcs: '{ray_lab.head.gcs_address}'}}\nguard: {{mode: dry_run}}\n")
-    before = ray_lab.snapshot()
+    # The store's watch cursor at this test's start, as a watch that ran until then leaves it:
+    # the first poll sees this job's failure however long the CLI takes to start, and no earlier one.
+    state = tmp_path / "state"
+    state.mkdir()
+    seeded = IncidentStore(str(state / "incidents.duckdb"))
+    seeded.set_watch_cursor(CLUSTER, start)
+    seeded.close()
+    before = ray_lab.snapshot(job)
     crashcart = str(Path(sys.executable).with_name("crashcart"))
-    # Half a minute before this job ended (on a loaded machine the CLI may start a while after).
-    import time
-
-    lookback = (time.time() - ray_lab.jobs.get_job_info(job).end_time / 1000 + 30) / 60
-    done = subprocess.run([crashcart, "watch", "--cluster", str(config), "--polls", "1", "--lookback-minutes", f"{lookback:.2f}",
-                           "--state-dir", str(tmp_path / "state")], capture_output=True, text=True, timeout=240,
-                          env={**os.environ, **ray_lab.head.client_env()})
+    done = subprocess.run([crashcart, "watch", "--cluster", str(config), "--polls", "1", "--state-dir", str(state)],
+                          capture_output=True, text=True, timeout=240, env={**os.environ, **ray_lab.head.client_env()})
     assert done.returncode == 0, done.stderr[-2000:]
     assert "ray_actor_died" in done.stdout, done.stdout
     # The guard's dry run with no write permitted: the incident goes to a person, nothing is submitted.
-    assert ray_lab.snapshot() == before
+    assert ray_lab.snapshot(job) == before
