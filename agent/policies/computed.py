@@ -17,6 +17,16 @@ from crashcart.agent.policies.matching import _config_value
 # How alike a selector value and a node's label value must be to call the difference a typo
 # ("gpu-h100-ondemand" for "gpu-h100-on-demand"), not another product or pool.
 TYPO_SIMILARITY = 0.88
+# A model number: the letters before its digits and the digits ("h100", "a10g", "80gb" -> ("", "80")).
+_MODEL_NUMBER = re.compile(r"(?<![a-z0-9])([a-z]*)(\d+)")
+
+
+def _same_product(value: str, option: str) -> bool:
+    """The same model numbers: "h100" for "a100" or "l40s" for "l4" is alike as text but another
+    GPU, while "80g" for "80gb" is the same size misspelt. The letters after the digits are the
+    unit or variant (gb, g, s), compared as text by the similarity score, not here."""
+    return set(_MODEL_NUMBER.findall(value.lower())) == set(_MODEL_NUMBER.findall(option.lower()))
+
 
 # A trainer's own report of a save that finished (HF Trainer, Lightning, Megatron, DeepSpeed):
 # "Saving ..." only says one began, so it is not proof of a whole checkpoint.
@@ -143,7 +153,8 @@ def _corrected_selector(ev: Evidence, job: str, earlier_runs: bool) -> dict[str,
         if (key, str(value)) in carried:
             continue
         options = {str((row.get("labels") or {})[key]) for row in free if key in (row.get("labels") or {})}
-        scored = sorted(((SequenceMatcher(None, str(value).lower(), o.lower()).ratio(), o) for o in options), reverse=True)
+        scored = sorted(((SequenceMatcher(None, str(value).lower(), o.lower()).ratio(), o)
+                         for o in options if _same_product(str(value), o)), reverse=True)
         if scored and scored[0][0] >= TYPO_SIMILARITY and not (len(scored) > 1 and scored[1][0] == scored[0][0]):
             corrected[key] = scored[0][1]
         elif before and key in before[0] and str(before[0][key]) in options:
