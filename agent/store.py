@@ -20,12 +20,14 @@ holds the file, so the guard's count-decide-journal is atomic across processes t
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import random
 import threading
 import time
 import uuid
+import weakref
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
@@ -311,6 +313,19 @@ _TIME_COLS = {"at", "opened_at", "updated_at", "tripped_at", "reset_at", "expire
 _JSON_COLS = {"args", "trigger", "diagnosis", "result", "target", "policy", "payload"}
 
 
+_OPEN_STORES: weakref.WeakSet[IncidentStore] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_open_stores() -> None:
+    # The idle closer is a daemon thread. Were it inside DuckDB's close when the interpreter
+    # finalizes, CPython would end it with a forced unwind through C++ frames and abort the
+    # whole process ("FATAL: exception not rethrown") after its work was done. atexit runs
+    # before that, so the stores are closed here and their closers joined.
+    for store in list(_OPEN_STORES):
+        store._close_at_exit()
+
+
 class IncidentStore:
     """The journal; safe to share between threads and between processes (see the module doc)."""
 
@@ -335,12 +350,25 @@ class IncidentStore:
         self._status: dict[str, str | None] = {}
         with self.lock:  # creates the schema, and fails here if the file is not a store
             pass
+        _OPEN_STORES.add(self)
 
     def close(self) -> None:
         with self._mutex:
             self._disconnect()
             self._closed = True
             self._idle.notify_all()
+
+    def _close_at_exit(self) -> None:
+        # A thread that still holds the store at exit (a server's worker) is not waited on forever.
+        if not self._mutex.acquire(timeout=5.0):
+            return
+        try:
+            self.close()
+        finally:
+            self._mutex.release()
+        closer = self._closer
+        if closer is not None and closer is not threading.current_thread():
+            closer.join(timeout=5.0)
 
     def __enter__(self) -> IncidentStore:
         return self

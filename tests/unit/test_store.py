@@ -160,3 +160,42 @@ def test_approvals_are_single_use_and_bound_to_action_and_incident(store):
     taken = store.take_approval("a1", "i1")
     assert (taken.approver, taken.approved, taken.used) == ("alice", True, True)
     assert store.take_approval("a1", "i1") is None
+
+
+def test_exit_closes_open_stores_and_joins_their_idle_closers(tmp_path):
+    from crashcart.agent import store as store_module
+
+    s = IncidentStore(tmp_path / "exit.duckdb")
+    s.list_incidents()
+    closer = s._closer
+    assert closer is not None and closer.is_alive()
+    store_module._close_open_stores()
+    assert s._closed and s._con is None and not closer.is_alive()
+
+
+_EXIT_NEAR_IDLE = """
+import time
+from crashcart.agent.store import IDLE_S, IncidentStore
+s = IncidentStore({path!r})
+s.list_incidents()
+time.sleep(IDLE_S + {offset})
+"""
+
+
+def test_a_process_ending_while_the_idle_closer_disconnects_exits_cleanly(tmp_path):
+    # Ending the interpreter while the daemon closer was inside DuckDB's close aborted the
+    # process (C++ "exception not rethrown") in about one exit in eight near IDLE_S.
+    import subprocess
+    import sys
+    offsets = [i * 0.0005 - 0.004 for i in range(24)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _EXIT_NEAR_IDLE.format(path=str(tmp_path / f"e{i}.duckdb"), offset=off)],
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i, off in enumerate(offsets)
+    ]
+    results = [(p.wait(timeout=60), p.stderr.read()) for p in procs]
+    crashed = [(rc, err[-300:]) for rc, err in results if rc != 0]
+    assert not crashed, crashed
