@@ -21,6 +21,7 @@ from crashcart.tools._spec import ToolError
 from crashcart.tools.backends.base import LiveBackend, ClusterChanges
 from crashcart.tools.backends.kubernetes import _dcgm as dcgm
 from crashcart.tools.backends.kubernetes import _kueue as kueue
+from crashcart.tools.backends.kubernetes import _kueue_stuck as kueue_stuck
 from crashcart.tools.backends.kubernetes import _parse as parse
 from crashcart.tools.backends.kubernetes._client import (
     EVENT, JOB, LOCALQUEUE, NODE, POD, WORKLOADS, Absent, Api, Kind, NotFound,
@@ -306,6 +307,13 @@ class KubernetesBackend(LiveBackend):
             return DescribeOutput(kind=a.kind, name=a.name, text=text, truncated=truncated, node=parse.node_row(node))
         if a.kind == "pod":
             s = self.subject(f"{a.namespace}/{a.name}" if a.namespace else a.name)
+            if s.pod is None and s.workload is not None and (key := self._describable(s)):
+                # A job with no pod yet (Kueue keeps it suspended, its operator made none): what
+                # `kubectl describe` of the job itself shows is all there is to see.
+                m = parse.meta(s.workload)
+                out = self._tool_kubectl_describe(DescribeInput(kind=key, name=m["name"], namespace=m.get("namespace")))
+                note = f"[crashcart: {s.workload.get('kind')} {m.get('namespace')}/{m['name']} has no pod yet; its own describe follows]"
+                return out.model_copy(update={"kind": a.kind, "name": a.name, "text": f"{note}\n{out.text}"})
             if s.pod is None or parse.meta(s.pod)["name"] != a.name:
                 raise ToolError(f'pods "{a.name}" not found' + (f' in namespace "{a.namespace}"' if a.namespace else ""))
             job = self.pod_as_job(s.pod, s.workload)
@@ -331,9 +339,16 @@ class KubernetesBackend(LiveBackend):
             lines = render.describe_resource_lines(a.kind, job, self.events_about(kind.kind, a.name, job.partition), now)
             if queued := kueue.workload_of(self.api.list_if_served(WORKLOADS["workload"], job.partition), obj):
                 # Kueue holds the job (suspended) until its Workload is admitted: its reason goes first.
-                lines = kueue.workload_summary(queued) + lines
+                lines = kueue.workload_summary(queued) + self._kueue_binding(queued) + lines
         text, truncated = self._bounded(lines)
         return DescribeOutput(kind=a.kind, name=a.name, text=text, truncated=truncated, job=parse.job_row(job))
+
+    @staticmethod
+    def _describable(s: Subject) -> str | None:
+        """The describe kind of a subject's workload (job, pytorchjob, ...), None for a bare pod."""
+        if s.kind == JOB or (s.workload or {}).get("kind") == "Job" and (s.workload or {}).get("apiVersion") == "batch/v1":
+            return "job"
+        return next((key for key, kind in WORKLOADS.items() if kind == s.kind and key not in ("workload", "clusterqueue")), None)
 
     def _describe_kueue(self, a: DescribeInput) -> DescribeOutput:
         kind = WORKLOADS[a.kind]
@@ -344,7 +359,7 @@ class KubernetesBackend(LiveBackend):
                 events = self.events_about("ClusterQueue", a.name, NODE_EVENTS)
             else:
                 obj = self._kueue_workload(a.name, a.namespace)
-                summary = kueue.workload_summary(obj) + self._queue_of(obj)
+                summary = kueue.workload_summary(obj) + self._kueue_binding(obj) + self._queue_of(obj)
                 events = self.events_about("Workload", parse.meta(obj)["name"], parse.meta(obj).get("namespace"))
         except Absent:
             raise ToolError(f"Kueue is not installed on this cluster (discovery lists no {kind.plural}.{kind.group}); "
@@ -381,6 +396,22 @@ class KubernetesBackend(LiveBackend):
             where = ", ".join(f"{parse.meta(w).get('namespace')}/{parse.meta(w)['name']}" for w in found)
             raise ToolError(f"{name!r} names several Kueue Workloads ({where}); say which with namespace")
         return found[0]
+
+    def _kueue_binding(self, wl: dict[str, Any]) -> list[str]:
+        """What binds a pending Workload when its wait will not end by itself (_kueue_stuck):
+        the ClusterQueue and the numbers, as the watch decided it. Nothing for ordinary waiting."""
+        if kueue.workload_state(wl)[0] != "Pending":
+            return []
+        lq = (wl.get("spec") or {}).get("queueName")
+        try:
+            cq_name = (self.api.get(LOCALQUEUE, parse.meta(wl).get("namespace"), lq).get("spec") or {}).get("clusterQueue")
+            cqs = self.api.list(WORKLOADS["clusterqueue"])[0]
+            workloads = self.api.list(WORKLOADS["workload"])[0]
+        except (NotFound, Absent):
+            return []
+        cq = next((q for q in cqs if parse.meta(q)["name"] == cq_name), None)
+        found = cq and kueue_stuck.stuck(wl, cq, cqs, workloads, self.now(), timedelta(minutes=self.settings.pending_minutes))
+        return [f"[crashcart: {line}]" for line in found.lines] if found else []
 
     def _queue_of(self, wl: dict[str, Any]) -> list[str]:
         """The quota a Workload waits for or holds: its ClusterQueue's (through its LocalQueue when not yet admitted)."""
