@@ -506,9 +506,9 @@ class KubernetesBackend(LiveBackend):
                             f"exited {rc}: {err.strip()[-300:]}")
         return out
 
-    def _dcgm(self, node: str) -> tuple[str, list, dict[int, int], str | None] | None:
-        """The DCGM exporter's reading of `node`: (where, samples, last Xid per GPU, model), or
-        None when no exporter is configured."""
+    def _dcgm(self, node: str) -> tuple[str, list, str | None] | None:
+        """The DCGM exporter's reading of `node`: (where, samples with each GPU's last Xid, model),
+        or None when no exporter is configured."""
         dc = self.settings.node_access.dcgm_exporter
         if dc is None:
             return None
@@ -521,27 +521,18 @@ class KubernetesBackend(LiveBackend):
         text = self.api.call("GET", f"{self.api.path(POD, m['namespace'], m['name'])}:{dc.port}/proxy{dc.path}",
                              what=f"the DCGM exporter's metrics ({where})")
         try:
-            found, xids, model = dcgm.gpu_samples(text if isinstance(text, str) else str(text), node, self.now())
+            found, model = dcgm.gpu_samples(text if isinstance(text, str) else str(text), node, self.now())
         except dcgm.MetricsError as e:
             raise ToolError(f"the DCGM exporter's metrics ({where}) cannot be read: {e}") from None
-        return where, found, xids, model
-
-    @staticmethod
-    def _xid_lines(xids: dict[int, int]) -> list[str]:
-        reported = {i: x for i, x in sorted(xids.items()) if x}
-        if not xids:
-            return []
-        if not reported:
-            return ["Last Xid per GPU (DCGM_FI_DEV_XID_ERRORS): none reported"]
-        return ["Last Xid per GPU (DCGM_FI_DEV_XID_ERRORS): " + ", ".join(f"GPU {i}: Xid {x}" for i, x in reported.items())]
+        return where, found, model
 
     def _tool_nvidia_smi_query(self, a: NodeInput) -> GpuOutput:
         self.node(a.node)
         out = self._node_exec(a.node, ["nvidia-smi", f"--query-gpu={render.NVIDIA_SMI_QUERY}", "--format=csv"], "nvidia-smi")
         if out is None and (read := self._dcgm(a.node)):
-            where, found, xids, model = read
+            where, found, model = read
             lines = [f"# no node access for nvidia-smi: the same fields from the DCGM exporter ({where})",
-                     *render.nvidia_smi_csv(found, model), *self._xid_lines(xids)]
+                     *render.nvidia_smi_csv(found, model), *render.xid_lines(found)]
             text, truncated = self._bounded(lines)
             return GpuOutput(node=a.node, text=text, truncated=truncated, gpus=found)
         if out is None:
@@ -559,7 +550,7 @@ class KubernetesBackend(LiveBackend):
             return GpuOutput(node=a.node, gpus=[], text=(
                 f"No GPU samples for node {a.node}: GPU metrics are not available on this cluster "
                 "(kubernetes.node_access.dcgm_exporter names the DCGM exporter to read them from)."))
-        where, found, xids, _ = read
+        where, found, _ = read
         now = self.now()
         if (a.until and render.aware(a.until) < now - timedelta(minutes=1)) or (a.since and render.aware(a.since) > now):
             return GpuOutput(node=a.node, gpus=[], text=(
@@ -568,7 +559,7 @@ class KubernetesBackend(LiveBackend):
         if not found:
             return GpuOutput(node=a.node, gpus=[], text=f"The DCGM exporter ({where}) reported no GPU of node {a.node}.")
         lines = [f"# DCGM exporter {where}: the current reading (it keeps no history)",
-                 *render.gpu_metrics_table(found, now), *self._xid_lines(xids)]
+                 *render.gpu_metrics_table(found, now), *render.xid_lines(found)]
         text, truncated = self._bounded(lines, pinned=2)
         return GpuOutput(node=a.node, text=text, truncated=truncated, gpus=found)
 
@@ -579,7 +570,7 @@ class KubernetesBackend(LiveBackend):
             text = self._unavailable(a.node, "the kernel log")
             if read := self._dcgm(a.node):
                 # Not the kernel log, but the one kernel-log fact the exporter carries.
-                text += "\n" + "\n".join(self._xid_lines(read[2]) or ["(the DCGM exporter reports no Xid field)"]) \
+                text += "\n" + "\n".join(render.xid_lines(read[1]) or ["(the DCGM exporter reports no Xid field)"]) \
                     + f" [from the DCGM exporter, {read[0]}]"
             return NodeLogOutput(node=a.node, text=text, total_lines=0)
         text, truncated, total = render.bound_lines(out.splitlines(), a.tail, a.grep, a.since,
