@@ -129,3 +129,20 @@ def test_watch_opens_one_incident_each_and_the_diagnosis_names_the_queue_and_num
     assert any("flavor h100: nominal quota 64 nvidia.com/gpu, 64 held by 8 admitted workload(s) of ClusterQueue gpu-cq: "
                "0 left of the 32 it needs" in e for e in held["evidence"]), held["evidence"]
     assert lab.snapshot() == before  # dry run: nothing changed on the cluster
+
+    # The live incident exported to a scenario passes eval: Kueue's own Pending event on the
+    # Workload is in it. (The held-by-queue one is not replayed: a scenario holds no ClusterQueue,
+    # so its replay can tell only the ordinary quota wait, kueue_quota_pending.)
+    from crashcart.evals.export import scenario_from_incident
+    from crashcart.evals.runner import run_scenario
+    from crashcart.evals.scenario import parse_scenario
+    from crashcart.tools.tape import Tape
+
+    for incident_id, detail in found.items():
+        if detail.incident.trigger["job"] != "train/pretrain-128g":
+            continue
+        last = {d.action_id: (d.tool, d.args, d.decision) for d in detail.decisions}
+        text = scenario_from_incident(incident_id, Tape.from_jsonl(store.load_tape(incident_id)),
+                                      detail.incident.diagnosis, list(last.values()))
+        result = run_scenario(parse_scenario(text, f"{incident_id}.yaml"), f"{incident_id}.yaml")
+        assert result.passed, (detail.incident.trigger, result.failures)

@@ -313,7 +313,8 @@ class KubernetesBackend(LiveBackend):
                 m = parse.meta(s.workload)
                 out = self._tool_kubectl_describe(DescribeInput(kind=key, name=m["name"], namespace=m.get("namespace")))
                 note = f"[crashcart: {s.workload.get('kind')} {m.get('namespace')}/{m['name']} has no pod yet; its own describe follows]"
-                return out.model_copy(update={"kind": a.kind, "name": a.name, "text": f"{note}\n{out.text}"})
+                row = out.job.model_copy(update={"job": a.name}) if out.job else None  # the job as it was named
+                return out.model_copy(update={"kind": a.kind, "name": a.name, "text": f"{note}\n{out.text}", "job": row})
             if s.pod is None or parse.meta(s.pod)["name"] != a.name:
                 raise ToolError(f'pods "{a.name}" not found' + (f' in namespace "{a.namespace}"' if a.namespace else ""))
             job = self.pod_as_job(s.pod, s.workload)
