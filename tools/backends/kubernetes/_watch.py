@@ -273,12 +273,19 @@ class Informer:
         cqs = {parse.meta(q)["name"]: q for q in self.kueue["clusterqueue"].objects.values()}
         lqs = self.kueue["localqueue"].objects
         owners = {parse.meta(o).get("uid"): o for c in (self.jobs, *self.workloads.values()) for o in c.objects.values()}
+        admitted: dict[str, list[dict[str, Any]]] = {}  # by ClusterQueue: a queue's holders, not every Workload
+        for wl in workloads:
+            if cq_name := ((wl.get("status") or {}).get("admission") or {}).get("clusterQueue"):
+                admitted.setdefault(cq_name, []).append(wl)
         rows = []
         for wl in workloads:
             m = parse.meta(wl)
             lq = lqs.get(f"{m.get('namespace')}/{(wl.get('spec') or {}).get('queueName')}") or {}
             cq = cqs.get((lq.get("spec") or {}).get("clusterQueue"))
-            if cq is None or (found := kueue_stuck.stuck(wl, cq, list(cqs.values()), workloads, now, pending_after)) is None:
+            if cq is None:
+                continue
+            found = kueue_stuck.stuck(wl, cq, list(cqs.values()), admitted.get(parse.meta(cq)["name"], []), now, pending_after)
+            if found is None:
                 continue
             owner = parse.owner(wl) or {}
             labels = parse.meta(owners.get(owner.get("uid")) or wl).get("labels") or {}
