@@ -118,12 +118,13 @@ def test_no_exporter_configured_is_unavailable_and_a_broken_one_is_an_error(lab,
         lab.backend(node_access={"dcgm_exporter": {"path": "metrics"}})
 
 
-def gpu_fault(lab, exporters, xid: int, log: str):
+def gpu_fault(lab, exporters, xid: int, log: str, dbe: int = 0):
     """A Job's pod that died on a GPU fault on gpu-a01, where the DCGM exporter is the only view of
     the node (no node access: no kernel log); gpu-a02 beside it, clean."""
+    sick = {3: {"DCGM_FI_DEV_XID_ERRORS": xid, "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL": dbe, "DCGM_FI_DEV_GPU_UTIL": 0}}
     for n in ("gpu-a01", "gpu-a02"):
         lab.add(k.node(n))
-        exporters.serve(n, overrides={3: {"DCGM_FI_DEV_XID_ERRORS": xid, "DCGM_FI_DEV_GPU_UTIL": 0}} if n == "gpu-a01" else None)
+        exporters.serve(n, overrides=sick if n == "gpu-a01" else None)
     job = lab.add(k.job("vit-pretrain"))
     lab.add(k.pod("vit-pretrain-x7kq2", owner=job, phase="Failed",
                   state=k.terminated("Error", 1, k.ago(minutes=50), k.ago(minutes=2))))
@@ -146,15 +147,24 @@ RuntimeError: Triton Error [CUDA]: an illegal instruction was encountered
 """
 
 
-def test_an_xid_79_only_the_exporter_saw_leads_to_the_node(lab, exporters, tmp_path):
+ECC_ERROR = UNKNOWN_ERROR.replace("CUDA error: unknown error", "CUDA error: uncorrectable ECC error encountered")
+
+
+@pytest.mark.parametrize("xid, dbe, log, label, evidence", [
+    (79, 0, UNKNOWN_ERROR, "gpu_fallen_off_bus", "gpu-a01 GPU 3: last Xid 79 (DCGM_FI_DEV_XID_ERRORS)"),
+    (48, 1, ECC_ERROR, "ecc_uncorrectable", "gpu-a01 GPU 3: last Xid 48 (DCGM_FI_DEV_XID_ERRORS)"),
+    # The double-bit ECC counter alone, with no Xid reported (0).
+    (0, 2, ECC_ERROR, "ecc_uncorrectable", "gpu-a01 GPU 3: ecc_uncorrected=2"),
+], ids=["xid79", "xid48", "dbe-counter"])
+def test_a_fault_only_the_exporter_saw_leads_to_the_node(lab, exporters, tmp_path, xid, dbe, log, label, evidence):
     from test_k8s_agent import actions, run_agent
 
-    gpu_fault(lab, exporters, 79, UNKNOWN_ERROR)
+    gpu_fault(lab, exporters, xid, log, dbe=dbe)
     backend = lab.backend(node_access={"dcgm_exporter": {}})
     state = run_agent(backend, {"kind": "job_failed", "job": "vit-pretrain-x7kq2"}, tmp_path / "s.duckdb")
     d = state["diagnosis"]
-    assert (d["label"], d["root_cause"], d["remedy"]) == ("gpu_fallen_off_bus", "node:gpu-a01", "exclude_node"), d
-    assert "gpu-a01 GPU 3: last Xid 79 (DCGM_FI_DEV_XID_ERRORS)" in d["evidence"]
+    assert (d["label"], d["root_cause"], d["remedy"]) == (label, "node:gpu-a01", "exclude_node"), d
+    assert evidence in d["evidence"]
     assert [(a["args"]["node"], a["decision"]) for a in actions(state, "node_drain")] == [("gpu-a01", "allow")]
     assert lab.get("v1", "Node", None, "gpu-a01")["spec"].get("unschedulable") is True
     assert not lab.get("v1", "Node", None, "gpu-a02")["spec"].get("unschedulable")
