@@ -81,3 +81,28 @@ def test_a_long_wait_on_its_own_queue_s_work_names_the_holders_and_a_finished_on
     # Two of the four finished (Kueue has not yet released their quota in the status): 32 is left for it.
     done = [workload(f"sweep-{i}", 16, admitted_to="team-cq", finished=i < 2) for i in range(4)]
     assert ks.stuck(waiting, team, [team], done + [waiting], NOW, timedelta(minutes=30)) is None
+
+
+# Kueue's flavor assigner, as its tests and release notes print it: before v0.14, and since v0.14
+# for a workload of several pod sets; the unused-quota wait that is not a never-fits.
+NEVER_MESSAGES = [
+    "couldn't assign flavors to pod set main: insufficient quota for cpu in flavor default, request > maximum capacity (10 > 8)",
+    "couldn't assign flavors to pod set workers: insufficient quota for nvidia.com/gpu in flavor gpu-flavor, "
+    "previously considered podsets requests (16) + current podset request (8) > maximum capacity (16)",
+]
+WAIT_MESSAGE = ("couldn't assign flavors to pod set main: insufficient unused quota for nvidia.com/gpu in flavor h100, "
+                "8 more needed")
+
+
+def test_the_never_fits_label_reads_both_forms_of_kueue_s_message_and_not_a_wait():
+    from crashcart.playbooks import load_playbooks
+
+    entry = load_playbooks()["kueue_request_exceeds_quota"]
+    kueue_said = [p for sig, p in zip(entry.label.signals, entry.patterns) if sig.where == "events" and sig.group == "never"]
+    assert len(kueue_said) == 1
+    assert all(kueue_said[0].search(m) for m in NEVER_MESSAGES)
+    assert not kueue_said[0].search(WAIT_MESSAGE)
+    described = [p for sig, p in zip(entry.label.signals, entry.patterns) if sig.where == "describe"]
+    team = cq("team-cq", {"h100": {"nominalQuota": "64", "borrowingLimit": "32"}})
+    found = ks.stuck(workload("w104", 104), team, [team], [], NOW, timedelta(minutes=30))
+    assert described[0].search(f"[crashcart: {found.lines[0]}]")  # as the job's describe prints it
