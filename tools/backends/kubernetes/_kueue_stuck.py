@@ -91,20 +91,15 @@ def flavors_for(cq: dict[str, Any], resource: str) -> list[str]:
     return []
 
 
-def _cohort(cq: dict[str, Any]) -> str | None:
-    spec = cq.get("spec") or {}
-    return spec.get("cohort") or spec.get("cohortName")  # v1beta1's name, and v1beta2's
-
-
 def capacity(cq: dict[str, Any], cohort: list[dict[str, Any]], flavor: str, resource: str) -> Capacity:
     own = _quota(cq, flavor, resource) or {}
     nominal = parse.quantity(own.get("nominalQuota")) or 0.0
     limit = parse.quantity(own.get("borrowingLimit")) if own.get("borrowingLimit") is not None else None
-    cohort_name = _cohort(cq)
+    cohort_name = (cq.get("spec") or {}).get("cohort")
     lendable = 0.0
     if cohort_name:
         for other in cohort:
-            if parse.meta(other).get("name") == parse.meta(cq).get("name") or _cohort(other) != cohort_name:
+            if parse.meta(other).get("name") == parse.meta(cq).get("name") or (other.get("spec") or {}).get("cohort") != cohort_name:
                 continue
             theirs = _quota(other, flavor, resource) or {}
             lend = theirs.get("lendingLimit", theirs.get("nominalQuota"))
