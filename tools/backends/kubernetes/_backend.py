@@ -347,9 +347,10 @@ class KubernetesBackend(LiveBackend):
     @staticmethod
     def _describable(s: Subject) -> str | None:
         """The describe kind of a subject's workload (job, pytorchjob, ...), None for a bare pod."""
-        if s.kind == JOB or (s.workload or {}).get("kind") == "Job" and (s.workload or {}).get("apiVersion") == "batch/v1":
+        kind = kind_of(s.workload or {})
+        if kind == JOB:
             return "job"
-        return next((key for key, kind in WORKLOADS.items() if kind == s.kind and key not in ("workload", "clusterqueue")), None)
+        return next((key for key, k in WORKLOADS.items() if k == kind and key not in ("workload", "clusterqueue")), None)
 
     def _describe_kueue(self, a: DescribeInput) -> DescribeOutput:
         kind = WORKLOADS[a.kind]
