@@ -23,6 +23,7 @@ SignalSource = Literal[
     "exit_code",      # e.g. 0:125, 137
     "node_state",     # a node's state and reason ("down Not responding")
     "telemetry",      # GPU samples against thresholds
+    "xid",            # a GPU's last Xid as its telemetry reports it (DCGM_FI_DEV_XID_ERRORS), against `values`
     "progress",       # minutes without a new step
     "trigger",        # the trigger kind or chat text
     "config",         # the job's config (for conditions such as long sequences)
@@ -151,6 +152,8 @@ class Signal(Strict):
             self.values or self.pattern
         ):
             raise ValueError(f"a {self.where} signal needs values or a pattern")
+        if self.where == "xid" and not (self.values and all(v.isdigit() for v in self.values)):
+            raise ValueError("an xid signal needs values: the Xid codes, as digits")
         if self.where == "node_ran_since" and not self.pattern:
             raise ValueError("a node_ran_since signal needs a pattern (the kernel-log lines that pick the node)")
         if self.where == "telemetry" and not (self.thresholds or self.throttle_any):

@@ -59,6 +59,10 @@ class GpuSample(Strict):
     ecc_uncorrected: int | None = None
     remapped_rows_pending: int | None = None
     throttle_reasons: list[str] = Field(default_factory=list)
+    xid: int | None = None
+    """The last Xid the GPU reported, as NVIDIA's DCGM exporter counts it (DCGM_FI_DEV_XID_ERRORS:
+    0 = none since the exporter started); where the node's kernel log cannot be read, the one
+    kernel-log fact the exporter carries. None when nothing reports it."""
 
 
 

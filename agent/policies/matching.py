@@ -212,6 +212,19 @@ def _telemetry_hits(idx: int, sig: Signal, ev: Evidence) -> list[Hit]:
     return hits
 
 
+def _xid_hits(idx: int, sig: Signal, ev: Evidence) -> list[Hit]:
+    """GPUs whose telemetry (the DCGM exporter's DCGM_FI_DEV_XID_ERRORS) last reported one of the
+    signal's Xid codes: the node's kernel log need not be readable to know it."""
+    codes = {int(v) for v in sig.values or []}
+    hits = []
+    for node, samples in ev.telemetry.items():
+        s = next((s for s in samples if s.xid in codes), None)
+        if s is not None:
+            hits.append(Hit(idx, f"node:{node}", f"{node} GPU {s.index}: last Xid {s.xid} (DCGM_FI_DEV_XID_ERRORS)",
+                            f"nvidia_smi_query:{node}"))
+    return hits
+
+
 def _stalled_minutes(ev: Evidence, job: str) -> float | None:
     points, _ = ev.progress.get(job, ([], []))
     if not points or ev.now is None:
@@ -285,6 +298,8 @@ def signal_hits(idx: int, sig: Signal, pattern, ev: Evidence) -> list[Hit]:
             return []
     elif sig.where == "telemetry":
         return _telemetry_hits(idx, sig, ev)
+    elif sig.where == "xid":
+        return _xid_hits(idx, sig, ev)
     elif sig.where == "progress":
         for j in focus:
             facts = ev.jobs.get(j)

@@ -22,20 +22,14 @@ Why each setting (see the Ray section of the project's notes):
   rewrites 127.0.0.1 to the machine's external address, binds every interface, and a
   client on loopback hangs ~40 s "waiting for GCS".
 - --num-cpus 2 and a 100 MB object store: the machine is shared.
-- RAY_memory_usage_threshold just above what the machine uses now: the memory monitor
-  then kills a task that allocates a couple of GB (a real OUT_OF_MEMORY), while ordinary
-  tasks keep running. The threshold is node-wide, so it is computed at start.
-- RAY_worker_killing_policy_by_group=true: Ray's single-kill policy (the one before 2.56). The
-  default since 2.56 may kill several workers at once: with the task over the threshold it
-  also killed the job's JobSupervisor actor, and the Jobs API then reports the supervisor's
-  death, not the task's OUT_OF_MEMORY. The single-kill policy kills the newest non-retriable
-  worker (the task) and waits for it to die before it kills anything else.
-- RAY_memory_monitor_refresh_ms=3000: a sample the monitor took while the killed task was still
-  dying can reach the raylet's loop after the task is gone (under load that loop runs half a
-  second late, the task takes as long to die), and the raylet then kills the next worker, the
-  job's supervisor, for memory already freed. Samples three seconds apart leave the task time
-  to die before the next one; the test's task holds its memory until it is killed, so a
-  slower monitor only makes the kill come later.
+- No memory monitor on a head (RAY_memory_monitor_refresh_ms=0): its threshold is the whole
+  machine's, and the machine's other users crossing it made it kill these tests' workers and
+  job supervisors. Each raylet kills only its own node's workers, so the OOM test joins a
+  worker node (`join` with `memory_monitor=True`) whose monitor's threshold is just above what
+  the machine uses at that moment, and pins its task there: the task is the only worker that
+  monitor can kill. The job's supervisor and driver run on the head (the Jobs API puts them
+  there), out of its reach, so no sample, however late it is handled, can kill them; the
+  outcome no longer depends on how the kill policy orders workers or how fast one dies.
 - HOME and RAY_AUTH_MODE: a token in ~/.ray from someone else's cluster would otherwise
   be sent to ours; this head runs without token auth.
 """
@@ -65,7 +59,6 @@ class RayHead:
     dashboard_url: str
     pid: int
     """The `ray start --block` process; its session holds every process of this head."""
-    memory_threshold: float
 
     def client_env(self) -> dict[str, str]:
         """What a process needs to talk to this head (a driver, `ray job submit`, a test)."""
@@ -85,7 +78,8 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def _memory_threshold() -> float:
+def memory_threshold() -> float:
+    """A memory monitor threshold (a fraction of the machine) OOM_HEADROOM_BYTES above its use now."""
     info = {}
     for line in Path("/proc/meminfo").read_text().splitlines():
         key, _, value = line.partition(":")
@@ -106,12 +100,10 @@ def up(directory: str | Path, extra_env: dict[str, str] | None = None) -> RayHea
     root.mkdir(parents=True, exist_ok=True)
     # Ray's socket paths must stay under 107 bytes: its temp dir is short, under /tmp.
     temp = Path(f"/tmp/ccray-{os.getpid()}-{int(time.time())}")
-    threshold = _memory_threshold()
     gcs, dashboard = free_port(), free_port()
     # `python` in a job's entrypoint is this interpreter, the one with Ray, as on a real cluster.
     path = f"{Path(sys.executable).parent}:{os.environ.get('PATH', '/usr/bin:/bin')}"
-    env = {**os.environ, **client_env(root), "PATH": path, "RAY_memory_usage_threshold": str(threshold),
-           "RAY_memory_monitor_refresh_ms": "3000", "RAY_worker_killing_policy_by_group": "true", **(extra_env or {})}
+    env = {**os.environ, **client_env(root), "PATH": path, "RAY_memory_monitor_refresh_ms": "0", **(extra_env or {})}
     argv = [_ray_bin(), "start", "--head", "--block", "--node-ip-address=127.0.0.1", f"--port={gcs}",
             "--num-cpus=2", "--object-store-memory=100000000", "--dashboard-host=127.0.0.1",
             f"--dashboard-port={dashboard}", f"--ray-client-server-port={free_port()}",
@@ -120,7 +112,7 @@ def up(directory: str | Path, extra_env: dict[str, str] | None = None) -> RayHea
     log = open(root / "ray-start.log", "w")
     proc = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     head = RayHead(dir=str(root), gcs_address=f"127.0.0.1:{gcs}", dashboard_url=f"http://127.0.0.1:{dashboard}",
-                   pid=proc.pid, memory_threshold=threshold)
+                   pid=proc.pid)
     (root / "head.json").write_text(json.dumps({**asdict(head), "temp_dir": str(temp)}))
     deadline = time.monotonic() + START_TIMEOUT
     while time.monotonic() < deadline:
@@ -144,13 +136,18 @@ class RayWorker:
 
 
 def join(head: RayHead, directory: str | Path, name: str, num_cpus: int = 1,
-         resources: dict[str, float] | None = None) -> RayWorker:
-    """Start a worker node named `name` joined to `head`; wait until the GCS lists it ALIVE."""
+         resources: dict[str, float] | None = None, memory_monitor: bool = False) -> RayWorker:
+    """Start a worker node named `name` joined to `head`; wait until the GCS lists it ALIVE.
+    `memory_monitor`: this node's raylet kills its workers once the machine's use crosses a
+    threshold just above its use now (its workers see it as RAY_memory_usage_threshold);
+    otherwise it has none, as the heads."""
     root = Path(directory).resolve()
     root.mkdir(parents=True, exist_ok=True)
     temp = Path(f"/tmp/ccrayw-{os.getpid()}-{int(time.time() * 1000) % 10**6}")
     path = f"{Path(sys.executable).parent}:{os.environ.get('PATH', '/usr/bin:/bin')}"
-    env = {**os.environ, **client_env(head.dir), "PATH": path}
+    monitor = ({"RAY_memory_usage_threshold": str(memory_threshold()), "RAY_memory_monitor_refresh_ms": "250"}
+               if memory_monitor else {"RAY_memory_monitor_refresh_ms": "0"})
+    env = {**os.environ, **client_env(head.dir), "PATH": path, **monitor}
     argv = [sys.executable, str(Path(__file__).resolve()), "_node", head.gcs_address, name, str(num_cpus),
             json.dumps(resources or {}), str(temp)]
     log = open(root / "node.log", "w")
@@ -162,7 +159,7 @@ def join(head: RayHead, directory: str | Path, name: str, num_cpus: int = 1,
             break
         # The node's own id (it prints it once started): an earlier node of the same name may still be listed.
         started = re.search(r"worker node \S+ started: ([0-9a-f]+)", (root / "node.log").read_text())
-        if started and _alive(head, started[1]):
+        if started and alive(head, started[1]):
             return RayWorker(dir=str(root), name=name, node_id=started[1], pid=proc.pid)
         time.sleep(0.5)
     down(root)
@@ -180,7 +177,8 @@ def kill(directory: str | Path) -> None:
     subprocess.run(["rm", "-rf", info.get("temp_dir", "/nonexistent")], check=False)
 
 
-def _alive(head: RayHead, node_id: str) -> bool:
+def alive(head: RayHead, node_id: str) -> bool:
+    """Whether the GCS lists the node ALIVE."""
     import urllib.request
 
     try:

@@ -268,7 +268,7 @@ class FixtureBackend(Backend):
         if node.nvidia_smi:
             lines = node.nvidia_smi.splitlines()
         elif samples:
-            lines = render.nvidia_smi_csv(samples, node.gpu_model)
+            lines = render.nvidia_smi_csv(samples, node.gpu_model) + render.xid_lines(samples)
         else:
             lines = [f"No telemetry recorded for node {node.name}"]
         text, truncated = self._bounded(lines)
@@ -284,7 +284,7 @@ class FixtureBackend(Backend):
             key=lambda s: (s.time or self.now(), s.index),
         )
         if window:
-            lines = render.gpu_metrics_table(window, self.now())
+            lines = render.gpu_metrics_table(window, self.now()) + render.xid_lines(self._latest_samples(node))
         else:
             lines = [f"No GPU samples for node {node.name} between {render.iso_z(since)} and {render.iso_z(until)}"]
         text, truncated = self._bounded(lines)

@@ -13,7 +13,7 @@ One module a job: `_bounding` (cutting output down, log timestamps), `_formats`
 
 from crashcart.tools.render._bounding import StampOf, bound_lines, job_log_stamp, kernel_log_stamp
 from crashcart.tools.render._formats import aware, elapsed_seconds, is_active, iso_z, slurm_time, table
-from crashcart.tools.render.gpu import NVIDIA_SMI_QUERY, gpu_metrics_table, nvidia_smi_csv, throttle_reason
+from crashcart.tools.render.gpu import NVIDIA_SMI_QUERY, gpu_metrics_table, nvidia_smi_csv, throttle_reason, xid_lines
 from crashcart.tools.render.kubernetes import (
     describe_node_lines,
     describe_object_lines,
@@ -63,7 +63,7 @@ __all__ = [
     "event_parts", "events_lines", "expand_hostlist", "gpu_metrics_table", "history_lines",
     "is_active", "iso_z", "job_log_stamp", "k8s_age", "k8s_exit_code", "kernel_log_stamp",
     "kubectl_nodes_lines", "node_ready", "node_roles", "node_status", "node_taints",
-    "nvidia_smi_csv", "pod_phase", "pod_status", "pods_lines", "progress_lines",
+    "nvidia_smi_csv", "xid_lines", "pod_phase", "pod_status", "pods_lines", "progress_lines",
     "ray_job_status_lines", "ray_jobs_lines", "ray_list_lines", "ray_message", "ray_node_id", "ray_nodes_lines",
     "ray_status", "rfc1123z", "sacct_lines", "scontrol_partition_line", "sinfo_lines", "sinfo_state", "slurm_elapsed",
     "slurm_time", "squeue_lines", "squeue_time", "table", "taint_text", "throttle_reason",

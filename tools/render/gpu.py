@@ -58,6 +58,17 @@ def nvidia_smi_csv(samples: Iterable[GpuSample], gpu_model: str | None) -> list[
     return lines
 
 
+def xid_lines(samples: Iterable[GpuSample]) -> list[str]:
+    """The exporter's last Xid per GPU, when the samples carry it (DCGM_FI_DEV_XID_ERRORS)."""
+    reported = [s for s in samples if s.xid is not None]
+    if not reported:
+        return []
+    raised = [s for s in reported if s.xid]
+    if not raised:
+        return ["Last Xid per GPU (DCGM_FI_DEV_XID_ERRORS): none reported"]
+    return ["Last Xid per GPU (DCGM_FI_DEV_XID_ERRORS): " + ", ".join(f"GPU {s.index}: Xid {s.xid}" for s in raised)]
+
+
 def gpu_metrics_table(samples: Iterable[GpuSample], now: datetime) -> list[str]:
     """GPU samples over time, one row each, in DCGM field terms."""
     rows = [

@@ -325,6 +325,11 @@ def localqueue(name: str, namespace: str, cq: str) -> dict[str, Any]:
                                        "lastTransitionTime": ts(ago(days=3)), "observedGeneration": 1}]}}
 
 
+def _times(quantity: str, n: int) -> str:
+    number = quantity.rstrip("KMGTPEi")
+    return f"{int(number) * n}{quantity[len(number):]}"
+
+
 def kueue_workload(job_obj: dict[str, Any], queue: str, *, pending: str | None = None,
                    admitted_to: str | None = None, at: datetime | None = None) -> dict[str, Any]:
     """The Workload Kueue creates for a job it manages, pending (QuotaReserved False with the
@@ -333,20 +338,22 @@ def kueue_workload(job_obj: dict[str, Any], queue: str, *, pending: str | None =
     m = job_obj["metadata"]
     tmpl = job_obj["spec"]["template"]
     c = tmpl["spec"]["containers"][0]
-    requests = dict(c["resources"]["requests"])
+    count = int(job_obj["spec"].get("parallelism") or 1)
+    # status.resourceRequests holds the pod set's total (every pod's requests), as Kueue records it.
+    requests = {r: _times(q, count) for r, q in c["resources"]["requests"].items()}
     wl: dict[str, Any] = {
         "apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "Workload",
         "metadata": {"name": f"job-{m['name']}-{m['uid'][:5]}", "namespace": m["namespace"],
                      "labels": {"kueue.x-k8s.io/job-uid": m["uid"]}, "finalizers": ["kueue.x-k8s.io/resource-in-use"]},
         "spec": {"active": True, "priority": 0, "priorityClassSource": "", "queueName": queue,
-                 "podSets": [{"count": 1, "name": "main", "template": tmpl}]},
+                 "podSets": [{"count": count, "name": "main", "template": tmpl}]},
         "status": {"resourceRequests": [{"name": "main", "resources": requests}]}}
     if pending:
         wl["status"]["conditions"] = [{"type": "QuotaReserved", "status": "False", "reason": "Pending", "message": pending,
                                        "lastTransitionTime": ts(at), "observedGeneration": 1}]
     if admitted_to:
         wl["status"]["admission"] = {"clusterQueue": admitted_to, "podSetAssignments": [
-            {"name": "main", "count": 1, "flavors": {"cpu": "h100", "memory": "h100", "nvidia.com/gpu": "h100"},
+            {"name": "main", "count": count, "flavors": {"cpu": "h100", "memory": "h100", "nvidia.com/gpu": "h100"},
              "resourceUsage": requests}]}
         wl["status"]["conditions"] = [
             {"type": "QuotaReserved", "status": "True", "reason": "QuotaReserved", "message": f"Quota reserved in ClusterQueue {admitted_to}",

@@ -41,9 +41,10 @@ def ray_lab() -> RayLab:
 
     root = Path(tempfile.mkdtemp(prefix="crashcart-ray-"))
     try:
-        # No memory monitor on the shared head: its threshold is the whole machine's, and others'
-        # use crossing it killed these tests' workers. The OOM test starts a head of its own.
-        head = ray_local.up(root, extra_env={"RAY_memory_monitor_refresh_ms": "0"})
+        # No memory monitor on the shared head (ray_local's default): its threshold is the whole
+        # machine's, and others' use crossing it killed these tests' workers. The OOM test joins
+        # a node of its own with one (oom_node).
+        head = ray_local.up(root)
     except RuntimeError as e:
         ray_local.down(root)
         shutil.rmtree(root, ignore_errors=True)
@@ -58,22 +59,31 @@ def ray_lab() -> RayLab:
 
 
 @pytest.fixture
-def oom_lab(ray_lab: RayLab):
-    """A head of the test's own, its memory monitor's threshold just above what the machine uses
-    now: a threshold that old would be crossed by the machine's other users."""
+def oom_node(ray_lab: RayLab):
+    """A worker node joined to the shared head with Ray's memory monitor on (its threshold just
+    above what the machine uses now) and a resource `oom` only it offers: a task pinned there is
+    the only worker its monitor can kill; the job's supervisor and driver stay on the head."""
     import ray_local
 
     root = Path(tempfile.mkdtemp(prefix="crashcart-ray-oom-"))
     try:
-        head = ray_local.up(root / "head")
+        node = ray_local.join(ray_lab.head, root / "node", "oom-node", num_cpus=1, resources={"oom": 1},
+                              memory_monitor=True)
     except RuntimeError as e:
+        shutil.rmtree(root, ignore_errors=True)
         pytest.fail(str(e), pytrace=False)
     try:
-        yield RayLab(head=head, scripts=root / "scripts")
+        yield node
     finally:
-        ray_local.down(root / "head")
+        # Drained before it stops: the shared head then records a planned departure, not a lost
+        # node for a later test's watch to report. Idle, it leaves at once; then nothing of its
+        # session needs a graceful stop.
+        try:
+            ray_lab.backend().client.drain(node.node_id, "crashcart test teardown: drained, then stopped", 0)
+            ray_lab.wait_for("the drained node to leave", lambda: not ray_local.alive(ray_lab.head, node.node_id), timeout=20)
+        finally:
+            ray_local.kill(root / "node")
         shutil.rmtree(root, ignore_errors=True)
-        ray_lab.__post_init__()  # the shared head's client settings again
 
 
 @pytest.fixture

@@ -41,7 +41,8 @@ def used():
             info[key] = int(value.split()[0])
     return 1 - info["MemAvailable"] / info["MemTotal"]
 
-@ray.remote(max_retries=0, memory=int(a.memory_gb * 2**30))
+# Pinned to the node whose memory monitor is on (the head's is off): the only worker it can kill.
+@ray.remote(max_retries=0, memory=int(a.memory_gb * 2**30), resources={"oom": 1})
 def decode():
     # The raylet's own kill threshold (its workers inherit its environment), read now: the
     # machine is shared, so how much this task must hold to cross it is only known now. It
@@ -111,8 +112,7 @@ def test_an_exception_in_the_entrypoint_is_diagnosed_from_the_real_traceback(ray
     assert ray_lab.snapshot(job) == before
 
 
-def test_a_task_killed_by_the_memory_monitor_is_resubmitted_with_more_memory(oom_lab: RayLab, tmp_path):
-    ray_lab = oom_lab
+def test_a_task_killed_by_the_memory_monitor_is_resubmitted_with_more_memory(ray_lab: RayLab, oom_node, tmp_path):
     script = ray_lab.script("decode.py", MEMORY_HOG)
     job = ray_lab.submit(script, f"--decoded={tmp_path / 'decoded'}", "--resources_per_worker.memory_gb=0.5",
                          env={"DECODE_THREADS": "4"})
@@ -122,6 +122,8 @@ def test_a_task_killed_by_the_memory_monitor_is_resubmitted_with_more_memory(oom
     status = backend.run(REGISTRY.get("ray_job_status"), {"job": job}).text
     assert "error_type=OUT_OF_MEMORY" in status and "exit_type=NODE_OUT_OF_MEMORY" in status
     assert "OOM kill reason: Memory usage" in status  # raylet.out, the memory monitor's own words
+    # Killed where it was pinned, by that node's monitor; the job's supervisor on the head has none.
+    assert f"ID: {oom_node.node_id}" in status
     new = None
     try:
         state = run_agent(backend, {"kind": "job_failed", "job": job}, tmp_path / "s.duckdb")

@@ -77,3 +77,36 @@ def test_without_the_rayjob_crd_the_job_status_is_the_heads_alone(ray_lab: RayLa
     backend = RayBackend(ray_lab.settings().model_copy(update={"kubernetes": kubernetes_settings(kube)}))
     out = backend.run(REGISTRY.get("ray_job_status"), {"job": job})
     assert out.status == "FAILED" and "KubeRay" not in out.text
+
+
+def test_the_watch_keeps_rayjobs_by_list_and_watch_and_a_410_relists(kuberay):
+    """No Ray head needed: the RayJobs behind the Ray watch come from the Kubernetes API alone."""
+    from crashcart.tools.backends.kubernetes import KubernetesBackend
+    from crashcart.tools.backends.ray._kuberay import RayJobWatch, failed_row
+
+    server, kube = kuberay
+    watch = RayJobWatch(KubernetesBackend(kubernetes_settings(kube)))
+    assert watch.rayjobs() == []  # no RayJob CRD: nothing, and nothing listed
+    server.store.install_crd("rayjobs", "rayclusters")
+    watch.kube.api.absent.clear()  # as after REDISCOVER_SECONDS
+    _add(server, k.rayjob("tune", namespace="ray"))
+    assert [rj["metadata"]["name"] for rj in watch.rayjobs()] == ["tune"]
+    listed_at = watch.cache.rv
+
+    dead = k.rayjob("sweep", namespace="ray")
+    dead["status"].update(jobDeploymentStatus="Failed", reason="DeadlineExceeded", endTime=k.ts(k.ago(seconds=5)),
+                          message="The RayJob has passed the activeDeadlineSeconds. DeadlineSeconds: 600")
+    _add(server, dead)
+    found = {rj["metadata"]["name"]: rj for rj in watch.rayjobs()}
+    assert sorted(found) == ["sweep", "tune"]
+    assert failed_row(found["sweep"], ["user"]).reason == "DeadlineExceeded"
+    path = "/apis/ray.io/v1/rayjobs"
+    lists = [q for m, p, q, _ in server.store.requests if m == "GET" and p == path and "watch" not in q]
+    watches = [q for m, p, q, _ in server.store.requests if p == path and q.get("watch") == ["true"]]
+    assert len(lists) == 1 and watches[0]["resourceVersion"] == [listed_at]
+
+    server.store.compact()  # the version it holds is gone: the next watch gets a 410 and relists
+    _add(server, k.rayjob("eval", namespace="ray"))
+    server.store.compact()
+    assert sorted(rj["metadata"]["name"] for rj in watch.rayjobs()) == ["eval", "sweep", "tune"]
+    assert watch.cache.relists == 2

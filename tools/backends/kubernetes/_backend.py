@@ -21,6 +21,7 @@ from crashcart.tools._spec import ToolError
 from crashcart.tools.backends.base import LiveBackend, ClusterChanges
 from crashcart.tools.backends.kubernetes import _dcgm as dcgm
 from crashcart.tools.backends.kubernetes import _kueue as kueue
+from crashcart.tools.backends.kubernetes import _kueue_stuck as kueue_stuck
 from crashcart.tools.backends.kubernetes import _parse as parse
 from crashcart.tools.backends.kubernetes._client import (
     EVENT, JOB, LOCALQUEUE, NODE, POD, WORKLOADS, Absent, Api, Kind, NotFound,
@@ -306,6 +307,14 @@ class KubernetesBackend(LiveBackend):
             return DescribeOutput(kind=a.kind, name=a.name, text=text, truncated=truncated, node=parse.node_row(node))
         if a.kind == "pod":
             s = self.subject(f"{a.namespace}/{a.name}" if a.namespace else a.name)
+            if s.pod is None and s.workload is not None and (key := self._describable(s)):
+                # A job with no pod yet (Kueue keeps it suspended, its operator made none): what
+                # `kubectl describe` of the job itself shows is all there is to see.
+                m = parse.meta(s.workload)
+                out = self._tool_kubectl_describe(DescribeInput(kind=key, name=m["name"], namespace=m.get("namespace")))
+                note = f"[crashcart: {s.workload.get('kind')} {m.get('namespace')}/{m['name']} has no pod yet; its own describe follows]"
+                row = out.job.model_copy(update={"job": a.name}) if out.job else None  # the job as it was named
+                return out.model_copy(update={"kind": a.kind, "name": a.name, "text": f"{note}\n{out.text}", "job": row})
             if s.pod is None or parse.meta(s.pod)["name"] != a.name:
                 raise ToolError(f'pods "{a.name}" not found' + (f' in namespace "{a.namespace}"' if a.namespace else ""))
             job = self.pod_as_job(s.pod, s.workload)
@@ -331,9 +340,17 @@ class KubernetesBackend(LiveBackend):
             lines = render.describe_resource_lines(a.kind, job, self.events_about(kind.kind, a.name, job.partition), now)
             if queued := kueue.workload_of(self.api.list_if_served(WORKLOADS["workload"], job.partition), obj):
                 # Kueue holds the job (suspended) until its Workload is admitted: its reason goes first.
-                lines = kueue.workload_summary(queued) + lines
+                lines = kueue.workload_summary(queued) + self._kueue_binding(queued) + lines
         text, truncated = self._bounded(lines)
         return DescribeOutput(kind=a.kind, name=a.name, text=text, truncated=truncated, job=parse.job_row(job))
+
+    @staticmethod
+    def _describable(s: Subject) -> str | None:
+        """The describe kind of a subject's workload (job, pytorchjob, ...), None for a bare pod."""
+        kind = kind_of(s.workload or {})
+        if kind == JOB:
+            return "job"
+        return next((key for key, k in WORKLOADS.items() if k == kind and key not in ("workload", "clusterqueue")), None)
 
     def _describe_kueue(self, a: DescribeInput) -> DescribeOutput:
         kind = WORKLOADS[a.kind]
@@ -344,7 +361,7 @@ class KubernetesBackend(LiveBackend):
                 events = self.events_about("ClusterQueue", a.name, NODE_EVENTS)
             else:
                 obj = self._kueue_workload(a.name, a.namespace)
-                summary = kueue.workload_summary(obj) + self._queue_of(obj)
+                summary = kueue.workload_summary(obj) + self._kueue_binding(obj) + self._queue_of(obj)
                 events = self.events_about("Workload", parse.meta(obj)["name"], parse.meta(obj).get("namespace"))
         except Absent:
             raise ToolError(f"Kueue is not installed on this cluster (discovery lists no {kind.plural}.{kind.group}); "
@@ -381,6 +398,22 @@ class KubernetesBackend(LiveBackend):
             where = ", ".join(f"{parse.meta(w).get('namespace')}/{parse.meta(w)['name']}" for w in found)
             raise ToolError(f"{name!r} names several Kueue Workloads ({where}); say which with namespace")
         return found[0]
+
+    def _kueue_binding(self, wl: dict[str, Any]) -> list[str]:
+        """What binds a pending Workload when its wait will not end by itself (_kueue_stuck):
+        the ClusterQueue and the numbers, as the watch decided it. Nothing for ordinary waiting."""
+        if kueue.workload_state(wl)[0] != "Pending":
+            return []
+        lq = (wl.get("spec") or {}).get("queueName")
+        try:
+            cq_name = (self.api.get(LOCALQUEUE, parse.meta(wl).get("namespace"), lq).get("spec") or {}).get("clusterQueue")
+            cqs = self.api.list(WORKLOADS["clusterqueue"])[0]
+            workloads = self.api.list(WORKLOADS["workload"])[0]
+        except (NotFound, Absent):
+            return []
+        cq = next((q for q in cqs if parse.meta(q)["name"] == cq_name), None)
+        found = cq and kueue_stuck.stuck(wl, cq, cqs, workloads, self.now(), timedelta(minutes=self.settings.pending_minutes))
+        return [f"[crashcart: {line}]" for line in found.lines] if found else []
 
     def _queue_of(self, wl: dict[str, Any]) -> list[str]:
         """The quota a Workload waits for or holds: its ClusterQueue's (through its LocalQueue when not yet admitted)."""
@@ -475,9 +508,9 @@ class KubernetesBackend(LiveBackend):
                             f"exited {rc}: {err.strip()[-300:]}")
         return out
 
-    def _dcgm(self, node: str) -> tuple[str, list, dict[int, int], str | None] | None:
-        """The DCGM exporter's reading of `node`: (where, samples, last Xid per GPU, model), or
-        None when no exporter is configured."""
+    def _dcgm(self, node: str) -> tuple[str, list, str | None] | None:
+        """The DCGM exporter's reading of `node`: (where, samples with each GPU's last Xid, model),
+        or None when no exporter is configured."""
         dc = self.settings.node_access.dcgm_exporter
         if dc is None:
             return None
@@ -490,27 +523,18 @@ class KubernetesBackend(LiveBackend):
         text = self.api.call("GET", f"{self.api.path(POD, m['namespace'], m['name'])}:{dc.port}/proxy{dc.path}",
                              what=f"the DCGM exporter's metrics ({where})")
         try:
-            found, xids, model = dcgm.gpu_samples(text if isinstance(text, str) else str(text), node, self.now())
+            found, model = dcgm.gpu_samples(text if isinstance(text, str) else str(text), node, self.now())
         except dcgm.MetricsError as e:
             raise ToolError(f"the DCGM exporter's metrics ({where}) cannot be read: {e}") from None
-        return where, found, xids, model
-
-    @staticmethod
-    def _xid_lines(xids: dict[int, int]) -> list[str]:
-        reported = {i: x for i, x in sorted(xids.items()) if x}
-        if not xids:
-            return []
-        if not reported:
-            return ["Last Xid per GPU (DCGM_FI_DEV_XID_ERRORS): none reported"]
-        return ["Last Xid per GPU (DCGM_FI_DEV_XID_ERRORS): " + ", ".join(f"GPU {i}: Xid {x}" for i, x in reported.items())]
+        return where, found, model
 
     def _tool_nvidia_smi_query(self, a: NodeInput) -> GpuOutput:
         self.node(a.node)
         out = self._node_exec(a.node, ["nvidia-smi", f"--query-gpu={render.NVIDIA_SMI_QUERY}", "--format=csv"], "nvidia-smi")
         if out is None and (read := self._dcgm(a.node)):
-            where, found, xids, model = read
+            where, found, model = read
             lines = [f"# no node access for nvidia-smi: the same fields from the DCGM exporter ({where})",
-                     *render.nvidia_smi_csv(found, model), *self._xid_lines(xids)]
+                     *render.nvidia_smi_csv(found, model), *render.xid_lines(found)]
             text, truncated = self._bounded(lines)
             return GpuOutput(node=a.node, text=text, truncated=truncated, gpus=found)
         if out is None:
@@ -528,7 +552,7 @@ class KubernetesBackend(LiveBackend):
             return GpuOutput(node=a.node, gpus=[], text=(
                 f"No GPU samples for node {a.node}: GPU metrics are not available on this cluster "
                 "(kubernetes.node_access.dcgm_exporter names the DCGM exporter to read them from)."))
-        where, found, xids, _ = read
+        where, found, _ = read
         now = self.now()
         if (a.until and render.aware(a.until) < now - timedelta(minutes=1)) or (a.since and render.aware(a.since) > now):
             return GpuOutput(node=a.node, gpus=[], text=(
@@ -537,7 +561,7 @@ class KubernetesBackend(LiveBackend):
         if not found:
             return GpuOutput(node=a.node, gpus=[], text=f"The DCGM exporter ({where}) reported no GPU of node {a.node}.")
         lines = [f"# DCGM exporter {where}: the current reading (it keeps no history)",
-                 *render.gpu_metrics_table(found, now), *self._xid_lines(xids)]
+                 *render.gpu_metrics_table(found, now), *render.xid_lines(found)]
         text, truncated = self._bounded(lines, pinned=2)
         return GpuOutput(node=a.node, text=text, truncated=truncated, gpus=found)
 
@@ -548,7 +572,7 @@ class KubernetesBackend(LiveBackend):
             text = self._unavailable(a.node, "the kernel log")
             if read := self._dcgm(a.node):
                 # Not the kernel log, but the one kernel-log fact the exporter carries.
-                text += "\n" + "\n".join(self._xid_lines(read[2]) or ["(the DCGM exporter reports no Xid field)"]) \
+                text += "\n" + "\n".join(render.xid_lines(read[1]) or ["(the DCGM exporter reports no Xid field)"]) \
                     + f" [from the DCGM exporter, {read[0]}]"
             return NodeLogOutput(node=a.node, text=text, total_lines=0)
         text, truncated, total = render.bound_lines(out.splitlines(), a.tail, a.grep, a.since,

@@ -65,11 +65,10 @@ def samples(text: str) -> list[tuple[str, dict[str, str], float]]:
     return out
 
 
-def gpu_samples(text: str, node: str, now: datetime) -> tuple[list[GpuSample], dict[int, int], str | None]:
-    """Per-GPU samples of `node` (the exporter's Hostname label, when it has one), the last Xid
-    each GPU reported (DCGM_FI_DEV_XID_ERRORS, 0 = none) and the GPU model."""
+def gpu_samples(text: str, node: str, now: datetime) -> tuple[list[GpuSample], str | None]:
+    """Per-GPU samples of `node` (the exporter's Hostname label, when it has one), each with the
+    last Xid its GPU reported (DCGM_FI_DEV_XID_ERRORS, 0 = none), and the GPU model."""
     per_gpu: dict[int, dict[str, Any]] = {}
-    xids: dict[int, int] = {}
     model = None
     free: dict[int, float] = {}
     for name, labels, value in samples(text):
@@ -89,8 +88,8 @@ def gpu_samples(text: str, node: str, now: datetime) -> tuple[list[GpuSample], d
             mask = int(value)
             fields["throttle_reasons"] = [n for bit, n in _THROTTLE_NAMES.items() if mask & bit and bit != 0x1]
         elif name == XID:
-            xids[index] = int(value)
+            fields["xid"] = int(value)
     for index, fields in per_gpu.items():
         if "memory_used_mib" in fields and index in free:
             fields["memory_total_mib"] = fields["memory_used_mib"] + free[index]
-    return [GpuSample(index=i, time=now, **per_gpu[i]) for i in sorted(per_gpu)], xids, model
+    return [GpuSample(index=i, time=now, **per_gpu[i]) for i in sorted(per_gpu)], model

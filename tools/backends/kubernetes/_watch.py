@@ -31,8 +31,10 @@ from typing import TYPE_CHECKING, Any
 from crashcart.tools import render
 from crashcart.tools._spec import ToolError
 from crashcart.tools.backends.base import STUCK_PENDING_REASONS, ClusterChanges
+from crashcart.tools.catalog import JobRow
+from crashcart.tools.backends.kubernetes import _kueue_stuck as kueue_stuck
 from crashcart.tools.backends.kubernetes import _parse as parse
-from crashcart.tools.backends.kubernetes._client import JOB, NODE, POD, WORKLOADS, Absent, Kind
+from crashcart.tools.backends.kubernetes._client import JOB, LOCALQUEUE, NODE, POD, WORKLOADS, Absent, Kind
 
 if TYPE_CHECKING:
     from crashcart.tools.backends.kubernetes._backend import KubernetesBackend
@@ -41,6 +43,9 @@ FAILED = {"Failed", "CrashLoopBackOff"}
 WATCHED_WORKLOADS = ("pytorchjob", "mpijob", "jobset", "rayjob", "raycluster", "vcjob")
 """Operator objects the watch keeps (where installed): those that fail as a whole, and the
 RayCluster that stands between a RayJob and its pods."""
+KUEUE = {"workload": WORKLOADS["workload"], "clusterqueue": WORKLOADS["clusterqueue"], "localqueue": LOCALQUEUE}
+"""Kueue's objects, kept where Kueue is installed: a queued job has no pod to fail or pend
+until its Workload is admitted, so only these say that it waits and why."""
 
 
 class Cache:
@@ -124,18 +129,21 @@ class Informer:
         self.jobs = Caches(JOB, spaces)
         self.workloads: dict[str, Caches] = {}
         """The training operators' objects, one Caches per installed CRD (found by discovery)."""
+        self.kueue: dict[str, Caches] = {}
+        """Kueue's Workloads, ClusterQueues and LocalQueues, where Kueue is installed."""
         self.quiet_until: dict[str, datetime] = {}
         """Pods whose log moved recently: not read again before this time."""
 
     def _served_workloads(self) -> None:
-        """Start keeping each operator's objects once discovery finds its CRD (checked again
-        only every REDISCOVER_SECONDS while absent)."""
+        """Start keeping each operator's objects (and Kueue's) once discovery finds its CRD
+        (checked again only every REDISCOVER_SECONDS while absent)."""
         api = self.b.api
         groups: set[str] | None = None
-        for name in WATCHED_WORKLOADS:
-            if name in self.workloads:
+        wanted = [(name, WORKLOADS[name], self.workloads) for name in WATCHED_WORKLOADS]
+        wanted += [(name, kind, self.kueue) for name, kind in KUEUE.items()]
+        for name, kind, kept in wanted:
+            if name in kept:
                 continue
-            kind = WORKLOADS[name]
             key = f"{kind.plural}.{kind.group}"
             if key in api.absent and not api.absent_expired(key):
                 continue
@@ -148,12 +156,13 @@ class Informer:
                 served = api.served(kind)
             except Absent:
                 continue
-            self.workloads[name] = Caches(served, self.b.settings.namespaces)
+            kept[name] = Caches(served, self.b.settings.namespaces)
 
     def sync(self) -> None:
         seconds = self.b.settings.watch_seconds
         self._served_workloads()
-        caches = {"pods": self.pods, "nodes": self.nodes, "jobs": self.jobs, **self.workloads}
+        caches = {"pods": self.pods, "nodes": self.nodes, "jobs": self.jobs, **self.workloads,
+                  **{f"kueue:{n}": c for n, c in self.kueue.items()}}
         # The watches wait side by side: a poll costs one watch window, not one per resource.
         with ThreadPoolExecutor(max_workers=len(caches)) as pool:
             futures = {name: pool.submit(c.sync, self.b.api, seconds) for name, c in caches.items()}
@@ -163,6 +172,7 @@ class Informer:
                 except Absent:
                     # The operator was uninstalled: its objects are gone with its CRD.
                     self.workloads.pop(name, None)
+                    self.kueue.pop(name.removeprefix("kueue:"), None)
 
     def _roots(self) -> dict[str, dict[str, Any]]:
         """uid -> the object at the top of its ownerReferences, over the workloads kept."""
@@ -222,6 +232,7 @@ class Informer:
                 if stuck:
                     changes.pending.append(parse.job_row(parse.pod_job(pod, labels, config={})))
         changes.failed += self.failed_workloads(since, now, roots, seen_workloads | reported)
+        changes.pending += self.stuck_in_kueue(now, pending_after)
         changes.stalled = self.stalled(now, timedelta(minutes=stall_minutes))
         running = {(p.get("spec") or {}).get("nodeName") for p in self.pods.objects.values()
                    if (p.get("status") or {}).get("phase") == "Running"}
@@ -251,6 +262,37 @@ class Informer:
             job = parse.workload_job(obj, obj.get("kind", ""), self.b.settings.user_labels)
             rows.append(parse.job_row(job.model_copy(update={"state": "Failed", "reason": reason, "end_time": ended,
                                                              "config": {}})))
+        return rows
+
+    def stuck_in_kueue(self, now: datetime, pending_after: timedelta) -> list:
+        """Jobs whose Kueue Workload waits in a way that will not end by itself (_kueue_stuck),
+        as pending rows named after the job the Workload queues."""
+        if not {"workload", "clusterqueue", "localqueue"} <= set(self.kueue):
+            return []
+        workloads = list(self.kueue["workload"].objects.values())
+        cqs = {parse.meta(q)["name"]: q for q in self.kueue["clusterqueue"].objects.values()}
+        lqs = self.kueue["localqueue"].objects
+        owners = {parse.meta(o).get("uid"): o for c in (self.jobs, *self.workloads.values()) for o in c.objects.values()}
+        admitted: dict[str, list[dict[str, Any]]] = {}  # by ClusterQueue: a queue's holders, not every Workload
+        for wl in workloads:
+            if cq_name := ((wl.get("status") or {}).get("admission") or {}).get("clusterQueue"):
+                admitted.setdefault(cq_name, []).append(wl)
+        rows = []
+        for wl in workloads:
+            m = parse.meta(wl)
+            lq = lqs.get(f"{m.get('namespace')}/{(wl.get('spec') or {}).get('queueName')}") or {}
+            cq = cqs.get((lq.get("spec") or {}).get("clusterQueue"))
+            if cq is None:
+                continue
+            found = kueue_stuck.stuck(wl, cq, list(cqs.values()), admitted.get(parse.meta(cq)["name"], []), now, pending_after)
+            if found is None:
+                continue
+            owner = parse.owner(wl) or {}
+            labels = parse.meta(owners.get(owner.get("uid")) or wl).get("labels") or {}
+            rows.append(JobRow(job=f"{m.get('namespace')}/{owner.get('name') or m['name']}", name=owner.get("name"),
+                               user=parse.first_label(labels, self.b.settings.user_labels),
+                               partition=m.get("namespace"), state="Pending", reason=found.reason,
+                               submit_time=parse.when(m.get("creationTimestamp"))))
         return rows
 
     def stalled(self, now: datetime, stall: timedelta) -> list:

@@ -66,6 +66,8 @@ class RayBackend(LiveBackend):
         self.notifications: list[dict[str, Any]] = []
         self._cache: dict[str, tuple[float, Any]] = {}
         self._kube = None
+        self._rayjob_watch: kuberay.RayJobWatch | None = None
+        """Under KubeRay, the watch's RayJobs (list once, then watch)."""
 
     @property
     def kube(self):
@@ -414,7 +416,9 @@ class RayBackend(LiveBackend):
         if self.kube:
             # RayJobs the operator failed before the head ever ran them (or after it went away).
             known = {parse.job_id(d) for d in details}
-            for rj in kuberay.rayjobs(self.kube):
+            if self._rayjob_watch is None:
+                self._rayjob_watch = kuberay.RayJobWatch(self.kube)
+            for rj in self._rayjob_watch.rayjobs():
                 row = kuberay.failed_row(rj, self.kube.settings.user_labels)
                 if row and row.job not in known and row.end_time and row.end_time > since:
                     changes.failed.append(row)

@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 from crashcart.tools._spec import ToolError
 from crashcart.tools.backends.kubernetes import _parse as kparse
-from crashcart.tools.backends.kubernetes._client import POD, WORKLOADS
+from crashcart.tools.backends.kubernetes._client import POD, WORKLOADS, Absent
+from crashcart.tools.backends.kubernetes._watch import Caches
 from crashcart.tools.catalog import JobRow
 
 if TYPE_CHECKING:
@@ -29,6 +30,35 @@ def submission_id(rj: dict[str, Any]) -> str | None:
 
 def rayjobs(kube: KubernetesBackend) -> list[dict[str, Any]]:
     return kube.api.list_if_served(RAYJOB)
+
+
+class RayJobWatch:
+    """RayJobs for the Ray watch, kept as the Kubernetes watch keeps its objects: listed once,
+    then watched from the list's resourceVersion at every poll (a 410 Expired relists), so a poll
+    costs one watch request however many RayJobs the cluster holds. Without the CRD: none, and
+    discovery is asked again only every REDISCOVER_SECONDS."""
+
+    def __init__(self, kube: KubernetesBackend):
+        self.kube = kube
+        self.cache: Caches | None = None
+
+    def rayjobs(self) -> list[dict[str, Any]]:
+        api = self.kube.api
+        if self.cache is None:
+            key = f"{RAYJOB.plural}.{RAYJOB.group}"
+            if key in api.absent and not api.absent_expired(key):
+                return []
+            try:
+                api.served(RAYJOB)
+            except Absent:
+                return []
+            self.cache = Caches(RAYJOB, self.kube.settings.namespaces)
+        try:
+            self.cache.sync(api, self.kube.settings.watch_seconds)
+        except Absent:
+            self.cache = None  # KubeRay was uninstalled: its RayJobs went with its CRD
+            return []
+        return list(self.cache.objects.values())
 
 
 def rayjob_for(kube: KubernetesBackend, job: str, found: list[dict[str, Any]] | None = None) -> dict[str, Any] | None:
