@@ -62,11 +62,23 @@ def action_views(detail: Any, deliveries: list[Any] = ()) -> list[ActionView]:
         if act.action_id in views:
             r = act.result or {}
             views[act.action_id].result = r.get("error") and f"failed: {r['error']}" or r.get("message") or "done"
+    tries: dict[tuple[str, str], list[Any]] = {}
     for dl in deliveries:
         if dl.action_id in views:
-            how = "delivered" if dl.status == "delivered" else f"NOT delivered after {dl.attempts} attempt(s): {dl.error}"
-            views[dl.action_id].deliveries.append(f"{dl.notifier}: {how}")
+            tries.setdefault((dl.action_id, dl.notifier), []).append(dl)
+    for (action_id, notifier), rows in tries.items():
+        views[action_id].deliveries.append(f"{notifier}: {_delivery(rows)}")
     return list(views.values())
+
+
+def _delivery(rows: list[Any]) -> str:
+    """One notifier's tries at one action (watch retries a dead letter at every poll), as one line."""
+    failed = [r for r in rows if r.status != "delivered"]
+    if len(failed) < len(rows):
+        return f"delivered (after {len(failed)} failed {'try' if len(failed) == 1 else 'tries'})" if failed else "delivered"
+    attempts = sum(r.attempts for r in rows)
+    over = f" over {len(rows)} tries" if len(rows) > 1 else ""
+    return f"NOT delivered after {attempts} attempt(s){over}: {rows[-1].error}"
 
 
 def _account(approval: Any, attempts: list[Any]) -> str:
