@@ -257,3 +257,20 @@ def test_the_page_goes_out_with_the_slack_sections_token_unless_the_notifier_has
     page = deps.store.page(incident, "slack")
     assert page is not None and page.channel == "C0ONCALL01"  # "#oncall", the default channel
     assert {c.token for c in slack_api.calls("chat.postMessage")} == {good}
+
+
+def test_a_failed_page_is_delivered_once_the_message_shows_its_state(slack_api, paging):
+    """Another send opened the incident's message (an escalation posts it before its reply): the
+    next page has nothing new to send, and its record says delivered, not still dead-lettered."""
+    watcher, _ = paging({"retries": 0})
+    slack_api.fail("chat.postMessage", "service_unavailable", times=2, status=503)  # the escalation, the page
+    [incident] = watcher.poll_once()
+    store, dispatcher = watcher.deps.store, watcher.deps.notifier
+    assert store.page(incident, "slack") is None
+    [slack] = [s for s in dispatcher.settings if s.kind == "slack"]
+    assert slack.build_for(store).page(incident)  # posted, as an escalation's send does in passing
+    calls = len(slack_api.calls())
+    dispatcher.page(incident)
+    assert len(slack_api.calls()) == calls  # nothing new to show
+    rows = [d.status for d in store.deliveries(incident) if d.action_id == "page"]
+    assert rows == ["dead_letter", "delivered"]
