@@ -54,7 +54,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, ValidationError, ValidationInfo, field_validator
 
 from crashcart.agent.guard import GuardPolicy, PolicyError, load_policy, policy_from_dict
 from crashcart.tools.backends.kubernetes._config import KubernetesSettings
@@ -81,11 +81,12 @@ class ClusterConfig(BaseModel):
     guard: str | dict[str, Any] | None = None
     """A guard policy: a path to a guard.yaml (relative to this file) or the same mapping
     inline. Absent: the built-in policy (dry_run)."""
-    notifiers: list[Any] = []
-    """Where escalations and notifications go (agent/notify): NotifierSettings by kind."""
     slack: Any = None
     """The Slack app's settings (agent/interfaces/slack/_settings.py: SlackSettings): where its tokens
     and signing secret are (env or file, never inline), the default channel."""
+    notifiers: list[Any] = []
+    """Where escalations and notifications go (agent/notify): NotifierSettings by kind. Declared after
+    `slack`, so that a Slack notifier without a token of its own can use the app's."""
 
     @field_validator("slack", mode="before")
     @classmethod
@@ -96,10 +97,10 @@ class ClusterConfig(BaseModel):
 
     @field_validator("notifiers", mode="before")
     @classmethod
-    def _notifiers(cls, v: Any) -> Any:
+    def _notifiers(cls, v: Any, info: ValidationInfo) -> Any:
         from crashcart.agent.notify import parse_notifiers
 
-        return parse_notifiers(v)
+        return parse_notifiers(v, slack_app=info.data.get("slack"))
 
     def make_backend(self, transport=None):
         return _BACKENDS[self.backend](self, transport)

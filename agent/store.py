@@ -956,13 +956,14 @@ class IncidentStore:
                               [incident_id, notifier, channel, ts, status, digest, _db_time(self._now(at))])
 
     def undelivered_counts(self, incident_ids: list[str]) -> dict[str, int]:
-        """Per incident, the deliveries that ended in the dead-letter record and never got through."""
+        """Per incident, the deliveries (action and notifier) that ended in the dead-letter record and
+        never got through, however often watch tried them again."""
         if not incident_ids:
             return {}
         marks = ", ".join("?" * len(incident_ids))
         with self.lock:
             rows = self._con.execute(
-                f"SELECT incident_id, count(*) FROM deliveries d WHERE status = 'dead_letter'"
+                f"SELECT incident_id, count(DISTINCT (action_id, notifier)) FROM deliveries d WHERE status = 'dead_letter'"
                 f" AND incident_id IN ({marks}) AND NOT EXISTS (SELECT 1 FROM deliveries x"
                 f" WHERE x.action_id = d.action_id AND x.notifier = d.notifier AND x.status = 'delivered')"
                 f" GROUP BY incident_id", incident_ids).fetchall()

@@ -95,7 +95,7 @@ class Watcher:
         store, backend = self.deps.store, self.deps.backend
         known = store.list_incidents(self.cluster, limit=1000)
         touched = [self._resume(i.id) for i in known if i.status in UNFINISHED]
-        self._repage(known)
+        self._retry_undelivered(known)
         now = backend.now()
         since = store.watch_cursor(self.cluster) or now - timedelta(minutes=self.settings.lookback_minutes)
         changes = backend.changes_since(since, stall_minutes=self.settings.stall_minutes)
@@ -109,13 +109,13 @@ class Watcher:
         store.set_watch_cursor(self.cluster, changes.now)
         return touched
 
-    def _repage(self, known: list[Any]) -> None:
-        """A page or escalation that could not be delivered is tried again at every poll (its
-        dead-letter record stays until one gets through), so an incident that waits is not unseen."""
+    def _retry_undelivered(self, known: list[Any]) -> None:
+        """A page or escalation that could not be delivered (Slack, a webhook, email) is tried again at
+        every poll, each try recorded, until one gets through: nothing waits unseen for a resume."""
         notifier = self.deps.notifier
         if notifier is not None:
             for incident_id in self.deps.store.undelivered_counts([i.id for i in known]):
-                notifier.page(incident_id, at=self.deps.backend.now())
+                notifier.retry_undelivered(incident_id, at=self.deps.backend.now())
 
     def _resume(self, incident_id: str) -> str:
         resume_unfinished(self.deps, incident_id, self.checkpointer)

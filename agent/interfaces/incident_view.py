@@ -38,6 +38,8 @@ class ActionView:
     rule: str | None
     approvals: list[str] = field(default_factory=list)
     """'alice approved' / 'bob rejected', in order."""
+    answered_as: list[str] = field(default_factory=list)
+    """Beside each of `approvals`, the account it came from: 'Slack U0ALICE01', 'OS user alice' or ''."""
     result: str | None = None
     deliveries: list[str] = field(default_factory=list)
 
@@ -55,15 +57,36 @@ def action_views(detail: Any, deliveries: list[Any] = ()) -> list[ActionView]:
     for ap in detail.approvals:
         if ap.action_id in views:
             views[ap.action_id].approvals.append(f"{ap.approver} {'approved' if ap.approved else 'rejected'}")
+            views[ap.action_id].answered_as.append(_account(ap, detail.approval_attempts))
     for act in detail.actions:
         if act.action_id in views:
             r = act.result or {}
             views[act.action_id].result = r.get("error") and f"failed: {r['error']}" or r.get("message") or "done"
+    tries: dict[tuple[str, str], list[Any]] = {}
     for dl in deliveries:
         if dl.action_id in views:
-            how = "delivered" if dl.status == "delivered" else f"NOT delivered after {dl.attempts} attempt(s): {dl.error}"
-            views[dl.action_id].deliveries.append(f"{dl.notifier}: {how}")
+            tries.setdefault((dl.action_id, dl.notifier), []).append(dl)
+    for (action_id, notifier), rows in tries.items():
+        views[action_id].deliveries.append(f"{notifier}: {_delivery(rows)}")
     return list(views.values())
+
+
+def _delivery(rows: list[Any]) -> str:
+    """One notifier's tries at one action (watch retries a dead letter at every poll), as one line."""
+    failed = [r for r in rows if r.status != "delivered"]
+    if len(failed) < len(rows):
+        return f"delivered (after {len(failed)} failed {'try' if len(failed) == 1 else 'tries'})" if failed else "delivered"
+    attempts = sum(r.attempts for r in rows)
+    over = f" over {len(rows)} tries" if len(rows) > 1 else ""
+    return f"NOT delivered after {attempts} attempt(s){over}: {rows[-1].error}"
+
+
+def _account(approval: Any, attempts: list[Any]) -> str:
+    """Where an answer came from. The guard journals the accepted attempt (with the Slack user id of
+    a signed click) at the same instant as the approval it records."""
+    slack = next((t.slack_user for t in attempts if t.outcome == "accepted" and t.slack_user
+                  and (t.action_id, t.approver, t.at) == (approval.action_id, approval.approver, approval.at)), None)
+    return f"Slack {slack}" if slack else f"OS user {approval.os_user}" if approval.os_user else ""
 
 
 def approvers_for(view: ActionView, policy: Any = None) -> str:
@@ -133,11 +156,32 @@ def render_incident_detail(console: Console, detail: Any, history: list[tuple[st
             result = v.result or ("proposed, not done" if v.decision == "dry_run" else "not run")
             result = "\n".join([result, *v.deliveries])
             table.add_row(Text(v.tool), Text(args_text(v.args)), Text(v.decision, style=DECISION_STYLE.get(v.decision, "")),
-                          Text(v.reason), Text("; ".join(v.approvals) or "-"), Text(result))
+                          Text(v.reason), Text(_answers(v) or "-"), Text(result))
         console.print(table)
     else:
         console.print(Text("no write actions"))
+    _refused_attempts(console, detail)
     console.print(Text("life: " + " -> ".join(f"{status} ({at:%H:%M:%S})" for status, at in history), style="dim"))
+
+
+def _answers(view: ActionView) -> str:
+    return "; ".join(f"{a} ({who})" if who else a for a, who in zip(view.approvals, view.answered_as))
+
+
+def _refused_attempts(console: Console, detail: Any) -> None:
+    """Every answer the guard or the Slack app turned away: nothing it changed, all of it journaled."""
+    refused = [t for t in detail.approval_attempts if t.outcome == "refused"]
+    if not refused:
+        return
+    table = Table(title="refused approval attempts")
+    for col in ("when", "answer", "approver", "Slack user", "OS user", "why refused"):
+        table.add_column(col, overflow="fold")
+    for t in refused:
+        answer = "approve" if t.approved else "reject" if t.approved is not None else "-"
+        action = " ".join(x for x in (t.tool, t.action_id) if x) or "-"
+        table.add_row(Text(f"{t.at:%Y-%m-%d %H:%M:%S}"), Text(f"{answer} {action}"), Text(t.approver or "-"),
+                      Text(t.slack_user or "-"), Text(t.os_user or "-"), Text(t.reason or "-"))
+    console.print(table)
 
 
 def _model_investigation(console: Console, detail: Any, notes: list[dict[str, Any]]) -> None:

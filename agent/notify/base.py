@@ -81,6 +81,12 @@ class NotifierSettings(BaseModel):
     pages: ClassVar[bool] = False
     """True: the kind also keeps a message per incident up to date (Slack), see Dispatcher.page."""
 
+    @classmethod
+    def inherit(cls, entry: dict[str, Any], slack_app: Any) -> dict[str, Any]:
+        """The entry with what it leaves out taken from cluster.yaml's other sections (`slack_app`:
+        the `slack:` section, or None); a kind that shares nothing returns it as it is."""
+        return entry
+
     def build(self) -> Notifier:
         raise NotImplementedError
 

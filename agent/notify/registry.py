@@ -21,8 +21,10 @@ KINDS: dict[str, type[NotifierSettings]] = {
 }
 
 
-def parse_notifiers(entries: Any) -> list[NotifierSettings]:
-    """Each entry validated by its kind's model; ValueError names `notifiers[i].field`."""
+def parse_notifiers(entries: Any, slack_app: Any = None) -> list[NotifierSettings]:
+    """Each entry validated by its kind's model; ValueError names `notifiers[i].field`.
+    `slack_app`: cluster.yaml's `slack:` section, where a Slack notifier without a token of its
+    own finds the bot token (agent/interfaces/slack/_settings.py)."""
     if entries is None:
         return []
     if not isinstance(entries, list):
@@ -36,7 +38,7 @@ def parse_notifiers(entries: Any) -> list[NotifierSettings]:
         if kind not in KINDS:
             raise ValueError(f"{where}.kind: {kind!r} is not a notifier kind; one of {', '.join(KINDS)}")
         try:
-            settings = KINDS[kind].model_validate(entry)
+            settings = KINDS[kind].model_validate(KINDS[kind].inherit(entry, slack_app))
         except ValidationError as e:
             problems = describe_validation_error(e, entry).split("; ")
             raise ValueError("; ".join(f"{where}." + p if not p.startswith("(top level)")

@@ -12,7 +12,8 @@ are the dispatcher's, as for every notifier.
 ```yaml
 notifiers:
   - kind: slack
-    token_env: SLACK_BOT_TOKEN        # or token_file; the xoxb- bot token, never inline
+    token_env: SLACK_BOT_TOKEN        # or token_file; the xoxb- bot token, never inline (neither:
+                                      # the `slack:` section's bot token, and its api_url)
     channel: "#gpu-oncall"            # where anything unrouted goes
     route:                            # first that applies: team, partition, cluster
       teams:                          # escalation teams: their channel and user group
@@ -79,7 +80,7 @@ class SlackSettings(NotifierSettings):
     token_env: str | None = None
     """The bot token (xoxb-...) from this environment variable..."""
     token_file: str | None = None
-    """...or this file. Never in cluster.yaml itself."""
+    """...or this file. Never in cluster.yaml itself. Neither: the `slack:` section's bot token."""
     channel: str = Field(pattern=CHANNEL)
     """Where anything the routing table does not place goes."""
     route: Routing = Routing()
@@ -91,11 +92,24 @@ class SlackSettings(NotifierSettings):
     @model_validator(mode="after")
     def _token_and_url(self) -> SlackSettings:
         if bool(self.token_env) == bool(self.token_file):
-            raise ValueError("give the bot token as token_env or token_file (one of them)")
+            raise ValueError("give the bot token as token_env or token_file (one of them), or give cluster.yaml "
+                             "a slack: section whose bot token it uses")
         parts = urlsplit(self.base_url)
         if parts.scheme not in ("http", "https") or not parts.netloc:
             raise ValueError(f"base_url {self.base_url!r} is not an http(s) URL")
         return self
+
+    @classmethod
+    def inherit(cls, entry: dict[str, Any], slack_app: Any) -> dict[str, Any]:
+        """One place for the token: an entry with no token of its own uses the Slack app's (its
+        `slack:` section's bot_token_env or _file, else Bolt's SLACK_BOT_TOKEN), and the app's
+        api_url unless it names a base_url. What the entry gives itself always wins."""
+        if slack_app is None or entry.get("token_env") or entry.get("token_file"):
+            return entry
+        token = ({"token_file": slack_app.bot_token_file} if slack_app.bot_token_file
+                 else {"token_env": slack_app.bot_token_env or "SLACK_BOT_TOKEN"})
+        url = {"base_url": slack_app.api_url} if slack_app.api_url and "base_url" not in entry else {}
+        return {**entry, **token, **url}
 
     def channel_for(self, cluster: str, partition: str | None, team: str | None) -> tuple[str, str | None]:
         """(channel, user group) for an incident: its team's, else its partition's, cluster's, default."""

@@ -121,6 +121,14 @@ def test_a_drain_approved_from_another_process_runs(tmp_path: Path, guard_file: 
         after = store.get_incident(incident)
     assert len(after.approvals) == 1 and len(after.actions) == len(detail.actions)
 
+    # After the fact: the approval with the OS account it came from, the refused second try with why.
+    shown = crashcart("incidents", "show", incident, "--state-dir", str(state_dir), cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr + shown.stdout
+    assert f"alice approved (OS user {approval.os_user})" in table_row(shown.stdout, "node_drain")
+    assert approval.os_user
+    refused = shown.stdout.split("refused approval attempts", 1)[1]
+    assert " alice " in refused and f"incident {incident} is not waiting for an approval" in refused
+
 
 def test_a_wrong_approver_in_another_process_leaves_it_waiting(tmp_path: Path, guard_file: Path):
     state_dir = tmp_path / "state"

@@ -260,3 +260,84 @@ def test_an_investigation_that_failed_is_escalated_through_the_cluster_notifiers
     assert listing.exit_code == 0, listing.output
     assert "investigation_failed" in listing.output and "1 undelivered" in listing.output
     assert PASSWORD not in out.output + listing.output
+
+
+def _watcher(tmp_path, entries):
+    """`watch` on a recorded Xid 79 incident: it escalates to hardware, then waits for a drain's
+    approval, so nothing resumes it: only the poll can send the escalation again."""
+    from crashcart.agent.guard import policy_from_dict
+    from crashcart.agent.policies.playbook import PlaybookPolicy
+    from crashcart.agent.runner import make_deps
+    from crashcart.agent.watch import Watcher, WatchSettings
+    from crashcart.evals.scenario import BUNDLED_DIR, load_scenario
+    from crashcart.tools.backends.fixture import FixtureBackend
+
+    sc = load_scenario(BUNDLED_DIR / "hardware" / "xid79-guarded-drain-needs-approval.yaml")
+    deps = make_deps(FixtureBackend(sc.cluster, sc.backend), PlaybookPolicy(), policy_from_dict(sc.guard),
+                     IncidentStore(str(tmp_path / "incidents.duckdb")), cluster="gpu-prod",
+                     notifiers=parse_notifiers(entries))
+    deps.notifier.sleep = lambda s: None
+    return Watcher(deps, cluster="gpu-prod", settings=WatchSettings(interval_s=0))
+
+
+def test_watch_retries_a_dead_lettered_webhook_at_every_poll_until_it_gets_through(receiver, tmp_path):
+    from crashcart.agent.interfaces.incident_view import action_views
+
+    r = receiver([500, 503, 200])
+    watcher = _watcher(tmp_path, [{"kind": "webhook", "url": r.url, "retries": 0}])
+    store = watcher.deps.store
+    [incident] = watcher.poll_once()
+    assert store.get_incident(incident).incident.status == "awaiting_approval"
+
+    def hook_rows():
+        return [(d.status, d.attempts) for d in store.deliveries(incident) if d.notifier == "webhook"]
+
+    assert hook_rows() == [("dead_letter", 1)]
+    assert watcher.poll_once() == []  # nothing new on the cluster; the escalation is tried again
+    assert hook_rows() == [("dead_letter", 1), ("dead_letter", 1)]
+    assert store.undelivered_counts([incident]) == {incident: 1}  # one escalation, however often tried
+    watcher.poll_once()
+    assert hook_rows() == [("dead_letter", 1), ("dead_letter", 1), ("delivered", 1)]
+    assert store.undelivered_counts([incident]) == {}
+    watcher.poll_once()
+    assert len(r.requests) == 3  # delivered: never sent again
+    first, *later = [body for _, body in r.requests]
+    assert all(body == first for body in later) and first["team"] == "hardware" and first["incident_id"] == incident
+    assert len({headers["Idempotency-Key"] for headers, _ in r.requests}) == 1  # the receiver can drop repeats
+    assert store.get_incident(incident).incident.status == "awaiting_approval"  # retried by the poll, not a resume
+    [escalation] = [v for v in action_views(store.get_incident(incident), store.deliveries(incident))
+                    if v.tool == "escalate"]
+    assert "webhook: delivered (after 2 failed tries)" in escalation.deliveries
+
+
+def test_watch_retries_email_when_the_smtp_server_comes_back(tmp_path):
+    from aiosmtpd.controller import Controller
+    from aiosmtpd.handlers import Message
+
+    class Inbox(Message):
+        def __init__(self):
+            super().__init__()
+            self.messages = []
+
+        def handle_message(self, message):
+            self.messages.append(message)
+
+    port = _free_port()  # nothing listens there yet
+    watcher = _watcher(tmp_path, [{"kind": "email", "host": "127.0.0.1", "port": port, "sender": "c@example.org",
+                                   "to": ["hw@example.org"], "retries": 1, "timeout": 2}])
+    store = watcher.deps.store
+    [incident] = watcher.poll_once()
+    assert [(d.status, d.attempts) for d in store.deliveries(incident) if d.notifier == "email"] == [("dead_letter", 2)]
+    watcher.poll_once()  # still down: one more try a poll, recorded
+    inbox = Inbox()
+    controller = Controller(inbox, hostname="127.0.0.1", port=port)
+    controller.start()
+    try:
+        watcher.poll_once()
+    finally:
+        controller.stop()
+    rows = [(d.status, d.attempts) for d in store.deliveries(incident) if d.notifier == "email"]
+    assert rows == [("dead_letter", 2), ("dead_letter", 1), ("delivered", 1)]
+    [message] = inbox.messages
+    assert "escalation to hardware" in message["Subject"] and incident in message["Subject"]
+    assert store.undelivered_counts([incident]) == {}

@@ -79,3 +79,37 @@ def test_a_page_keeps_outside_text_as_data():
     assert evidence["elements"][0]["elements"][0]["text"] == hostile
     text = page_text("inc-1", "escalated", {**diagnosis, "label": "<!channel>"}, "<!subteam^S0HWTEAM01>")
     assert text.startswith("<!subteam^S0HWTEAM01> ") and "&lt;!channel&gt;" in text and "<!channel>" not in text
+
+
+APP = {"bot_token_env": "CRASHCART_SLACK_BOT", "channel": "#gpu-oncall", "api_url": "https://slack-proxy.example.org/api/"}
+PAGER = {"kind": "slack", "channel": "#gpu-oncall"}
+
+
+def _notifier(entry, slack=None):
+    data = {"name": "c", "backend": "slurm", "notifiers": [entry], **({"slack": slack} if slack is not None else {})}
+    config, _ = parse_cluster_config(data, "cluster.yaml")
+    return config.notifiers[0]
+
+
+@pytest.mark.parametrize("slack, token_env, token_file, base_url", [
+    (APP, "CRASHCART_SLACK_BOT", None, "https://slack-proxy.example.org/api/"),
+    ({"bot_token_file": "/run/secrets/slack-bot"}, None, "/run/secrets/slack-bot", "https://slack.com/api/"),
+    ({}, "SLACK_BOT_TOKEN", None, "https://slack.com/api/"),  # the app's own default, Bolt's name
+])
+def test_a_slack_notifier_without_a_token_uses_the_slack_sections(slack, token_env, token_file, base_url):
+    pager = _notifier(PAGER, slack)
+    assert (pager.token_env, pager.token_file, pager.base_url) == (token_env, token_file, base_url)
+
+
+@pytest.mark.parametrize("own", [{"token_env": "PAGER_TOKEN"}, {"token_file": "/run/secrets/pager"}])
+def test_a_slack_notifiers_own_token_and_url_win_over_the_slack_sections(own):
+    pager = _notifier({**PAGER, **own, "base_url": "http://127.0.0.1:9/api/"}, APP)
+    assert (pager.token_env, pager.token_file) == (own.get("token_env"), own.get("token_file"))
+    assert pager.base_url == "http://127.0.0.1:9/api/"
+
+
+def test_a_slack_notifier_with_no_token_anywhere_is_named():
+    with pytest.raises(ClusterConfigError) as info:
+        parse_cluster_config({"name": "c", "backend": "slurm", "notifiers": [PAGER]}, "cluster.yaml")
+    assert "notifiers[0]: give the bot token as token_env or token_file" in str(info.value)
+    assert "slack: section" in str(info.value)

@@ -230,3 +230,47 @@ def test_a_page_is_approved_with_its_own_buttons_and_only_by_the_policys_approve
     assert rig.backend.cluster.node(BAD_NODE).state in ("drained", "draining")
     [accepted] = [a for a in rig.store.approval_attempts(incident) if a.outcome == "accepted"]
     assert (accepted.approver, accepted.slack_user) == ("alice", ALICE)
+
+
+@pytest.mark.parametrize("own_token", [False, True])
+def test_the_page_goes_out_with_the_slack_sections_token_unless_the_notifier_has_its_own(
+        slack_api, tmp_path, monkeypatch, own_token):
+    """One place for the token (the `slack:` section), and a notifier's own setting still wins:
+    the token that is not meant to be used is a revoked one, which the Web API refuses."""
+    from crashcart.agent.config import parse_cluster_config
+
+    good, revoked = slack_api.bot_token, "xoxb-revoked-0000"
+    monkeypatch.setenv("APP_BOT_TOKEN", revoked if own_token else good)
+    monkeypatch.setenv("PAGER_TOKEN", good)
+    entry = {k: v for k, v in _slack_entry(slack_api, route={}).items() if k != "token_env"}
+    if own_token:
+        entry["token_env"] = "PAGER_TOKEN"
+    config, _ = parse_cluster_config({"name": "gpu-prod", "backend": "slurm", "notifiers": [entry],
+                                      "slack": {"bot_token_env": "APP_BOT_TOKEN"}}, "cluster.yaml")
+    sc = load_scenario(SCENARIO)
+    guard = policy_from_dict({**sc.guard, "approval": [{"tool": "node_drain", "approvers": ["alice"]}]})
+    deps = make_deps(FixtureBackend(sc.cluster, sc.backend), PlaybookPolicy(), guard,
+                     IncidentStore(tmp_path / "incidents.duckdb"), cluster="gpu-prod", notifiers=config.notifiers)
+    [incident] = Watcher(deps, cluster="gpu-prod", settings=WatchSettings(interval_s=0)).poll_once()
+    assert [(d.action_id == "page", d.status) for d in deps.store.deliveries(incident) if d.notifier == "slack"] == [
+        (False, "delivered")]  # the escalation; it opened the page in passing, so the page is up to date
+    page = deps.store.page(incident, "slack")
+    assert page is not None and page.channel == "C0ONCALL01"  # "#oncall", the default channel
+    assert {c.token for c in slack_api.calls("chat.postMessage")} == {good}
+
+
+def test_a_failed_page_is_delivered_once_the_message_shows_its_state(slack_api, paging):
+    """Another send opened the incident's message (an escalation posts it before its reply): the
+    next page has nothing new to send, and its record says delivered, not still dead-lettered."""
+    watcher, _ = paging({"retries": 0})
+    slack_api.fail("chat.postMessage", "service_unavailable", times=2, status=503)  # the escalation, the page
+    [incident] = watcher.poll_once()
+    store, dispatcher = watcher.deps.store, watcher.deps.notifier
+    assert store.page(incident, "slack") is None
+    [slack] = [s for s in dispatcher.settings if s.kind == "slack"]
+    assert slack.build_for(store).page(incident)  # posted, as an escalation's send does in passing
+    calls = len(slack_api.calls())
+    dispatcher.page(incident)
+    assert len(slack_api.calls()) == calls  # nothing new to show
+    rows = [d.status for d in store.deliveries(incident) if d.action_id == "page"]
+    assert rows == ["dead_letter", "delivered"]
