@@ -15,7 +15,9 @@ with the head's GCS address and blocks, as Ray's own multi-node tests do (ray.cl
 The head runs `ray start --head --block` in a session of its own: every Ray daemon it
 starts (GCS, raylet, dashboard, agents, workers) is in that session, and stopping sends
 signals to that session's processes only. `ray stop` is never used: it kills every Ray
-process on the machine, other people's included.
+process on the machine, other people's included. A test session killed before its teardown
+leaves its heads running; `reap` (run when the next session starts) stops the ones under a
+directory whose owning session has died (owner.py), by those sessions' ids.
 
 Why each setting (see the Ray section of the project's notes):
 - RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 for `ray start` and every client: without it Ray
@@ -49,9 +51,12 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+
+import owner
 
 OOM_HEADROOM_BYTES = 2_500_000_000
 """How far above the machine's current use the memory monitor starts killing."""
@@ -121,7 +126,8 @@ def up(directory: str | Path, extra_env: dict[str, str] | None = None) -> RayHea
     proc = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     head = RayHead(dir=str(root), gcs_address=f"127.0.0.1:{gcs}", dashboard_url=f"http://127.0.0.1:{dashboard}",
                    pid=proc.pid, memory_threshold=threshold)
-    (root / "head.json").write_text(json.dumps({**asdict(head), "temp_dir": str(temp)}))
+    (root / "head.json").write_text(json.dumps({**asdict(head), "temp_dir": str(temp),
+                                                "start": owner.start_time(proc.pid)}))
     deadline = time.monotonic() + START_TIMEOUT
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -155,7 +161,8 @@ def join(head: RayHead, directory: str | Path, name: str, num_cpus: int = 1,
             json.dumps(resources or {}), str(temp)]
     log = open(root / "node.log", "w")
     proc = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    (root / "head.json").write_text(json.dumps({"pid": proc.pid, "temp_dir": str(temp), "name": name}))
+    (root / "head.json").write_text(json.dumps({"pid": proc.pid, "temp_dir": str(temp), "name": name,
+                                                "start": owner.start_time(proc.pid)}))
     deadline = time.monotonic() + START_TIMEOUT
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -176,7 +183,7 @@ def kill(directory: str | Path) -> None:
         info = json.loads((Path(directory).resolve() / "head.json").read_text())
     except (OSError, ValueError):
         return
-    _stop_session(info["pid"], 0.0, graceful=False)
+    _stop_session(info["pid"], 0.0, graceful=False, started=info.get("start"))
     subprocess.run(["rm", "-rf", info.get("temp_dir", "/nonexistent")], check=False)
 
 
@@ -249,11 +256,32 @@ def down(directory: str | Path, timeout: float = 3.0) -> None:
     except (OSError, ValueError):
         return
     # start_new_session: the leader's pid is the session's id.
-    _stop_session(info["pid"], timeout)
+    _stop_session(info["pid"], timeout, started=info.get("start"))
     subprocess.run(["rm", "-rf", info.get("temp_dir", "/nonexistent")], check=False)
 
 
-def _stop_session(sid: int, timeout: float, graceful: bool = True) -> None:
+def reap(tmp: str | Path | None = None) -> list[Path]:
+    """Stop the heads and worker nodes under /tmp/crashcart-ray-* (or `tmp`) whose owning test
+    session has died, and delete their directories. Returns the directories reaped."""
+    reaped = []
+    for root in owner.orphans("crashcart-ray-*", tmp or tempfile.gettempdir()):
+        # A head's head.json is in its directory or one below (root/head, root/spot-a: a node).
+        for started in [root / "head.json", *root.glob("*/head.json")]:
+            if started.is_file():
+                down(started.parent)
+        subprocess.run(["rm", "-rf", str(root)], check=False)
+        reaped.append(root)
+    return reaped
+
+
+def _stop_session(sid: int, timeout: float, graceful: bool = True, started: int | None = None) -> None:
+    """Signal the processes of session `sid`. Linux never hands out a pid still in use as a
+    session id, so while any process of the session lives, they are ours; a leader alive
+    with another start time than `started` is another process that got the pid after our
+    whole session had ended, and is left alone."""
+    now = owner.start_time(sid)
+    if started is not None and now is not None and now != started:
+        return
     steps = ((signal.SIGTERM, timeout), (signal.SIGKILL, 5.0)) if graceful else ((signal.SIGKILL, 5.0),)
     for sig, wait in steps:
         pids = _session_pids(sid)
