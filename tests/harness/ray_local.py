@@ -240,7 +240,8 @@ def _session_pids(sid: int) -> list[int]:
         try:
             # Field 6 of /proc/PID/stat is the session id (after the command in parentheses).
             fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            if int(fields[3]) == sid:
+            # A zombie has exited already: waiting for it to go would wait for its parent.
+            if int(fields[3]) == sid and fields[0] != "Z":
                 pids.append(int(entry.name))
         except (OSError, IndexError, ValueError):
             continue
