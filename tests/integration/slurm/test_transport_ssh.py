@@ -77,7 +77,7 @@ def test_a_command_that_outlives_its_timeout_is_stopped(sshd: Sshd):
     started = time.monotonic()
     with pytest.raises(TransportError, match="did not finish within 1 s"):
         t.run(["sleep", "20"], timeout=1)
-    assert time.monotonic() - started < 5
+    assert time.monotonic() - started < 15  # not the command's 20 s (logging in may take seconds under load)
     assert t.run(["echo", "still usable"]).stdout == "still usable\n"
 
 
