@@ -163,7 +163,7 @@ class SlurmLab:
         time.sleep((now.replace(microsecond=0) + timedelta(seconds=1) - now).total_seconds())
         return start
 
-    def wait_for(self, what: str, check, timeout: float = 20) -> Any:
+    def wait_for(self, what: str, check, timeout: float = 60) -> Any:
         """Poll until check() is truthy (accounting and the scheduler catch up in seconds)."""
         deadline = time.monotonic() + timeout
         while True:
