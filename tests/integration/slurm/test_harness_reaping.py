@@ -25,10 +25,7 @@ def _pids(root: Path) -> dict[str, int]:
 
 
 def _running(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
+    return owner.start_time(pid) is not None
 
 
 def test_a_dead_sessions_cluster_and_sshd_are_stopped_and_a_live_sessions_kept(slurm_lab: SlurmLab):
