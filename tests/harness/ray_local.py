@@ -107,10 +107,22 @@ def up(directory: str | Path, extra_env: dict[str, str] | None = None) -> RayHea
     """Start the head; wait until the GCS and the Jobs API answer. RuntimeError with the
     head's own log when it does not come up. `extra_env`: Ray settings for this head only
     (RAY_health_check_period_ms, say)."""
+    # Its ports are picked free here and bound by Ray later; anyone on the machine may take
+    # one in between, and the head then exits at start: it is started again on other ports.
+    for _ in range(3):
+        head = _up_once(directory, extra_env)
+        if head is not None:
+            return head
+    raise RuntimeError(f"the Ray head exited at start three times:\n"
+                       f"{(Path(directory).resolve() / 'ray-start.log').read_text()[-3000:]}")
+
+
+def _up_once(directory: str | Path, extra_env: dict[str, str] | None) -> RayHead | None:
+    """The head, or None when it exited during its start."""
     root = Path(directory).resolve()
     root.mkdir(parents=True, exist_ok=True)
     # Ray's socket paths must stay under 107 bytes: its temp dir is short, under /tmp.
-    temp = Path(f"/tmp/ccray-{os.getpid()}-{int(time.time())}")
+    temp = Path(f"/tmp/ccray-{os.getpid()}-{time.time_ns() // 1000 % 10**9}")
     threshold = _memory_threshold()
     gcs, dashboard = free_port(), free_port()
     # `python` in a job's entrypoint is this interpreter, the one with Ray, as on a real cluster.
@@ -131,8 +143,10 @@ def up(directory: str | Path, extra_env: dict[str, str] | None = None) -> RayHea
     deadline = time.monotonic() + START_TIMEOUT
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            break
-        if _answers(head):
+            down(root)
+            return None
+        # Our head still running, and answering: a dashboard port someone else holds answers too.
+        if _answers(head) and proc.poll() is None:
             return head
         time.sleep(0.5)
     down(root)

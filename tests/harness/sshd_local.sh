@@ -26,9 +26,10 @@ our_sshd() { # DIR -> true when DIR/sshd.pid names a live sshd
   pid=$(cat "$f")
   proc_running "$pid" && [ "$(readlink "/proc/$pid/exe" 2>/dev/null)" = "$(readlink -f "$SSHD")" ] || return 1
   # The config's path, not only the exe: a pid of a dead sshd of ours may since be another's sshd.
-  # (A here-string, not a pipe: with pipefail, grep -q quitting early fails the pipe.)
-  local argv; argv=$(tr '\0' '\n' < "/proc/$pid/cmdline" 2>/dev/null) || return 1
-  grep -qxF "$1/sshd_config" <<<"$argv"
+  # sshd retitles itself ("sshd: /usr/sbin/sshd -D -e -f DIR/sshd_config [listener] ..."), so
+  # its command line is one string: the path is looked for as a word in it.
+  local argv; argv=$(tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null) || return 1
+  [[ " $argv " == *" $1/sshd_config "* ]]
 }
 
 cmd_up() {
