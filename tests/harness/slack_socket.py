@@ -102,6 +102,8 @@ class SlackSocketServer:
         self._changed = threading.Condition()
         self._listener = socket.create_server(("127.0.0.1", port))
         self._running = False
+        self._threads: list[threading.Thread] = []
+        self._accepted: list[Connection] = []  # every connection, handshake done or not
 
     @property
     def port(self) -> int:
@@ -110,15 +112,27 @@ class SlackSocketServer:
     def start(self) -> "SlackSocketServer":
         self._running = True
         self.api.socket_url = self.new_url
-        threading.Thread(target=self._accept_loop, name="slack-socket", daemon=True).start()
+        self._spawn(self._accept_loop, name="slack-socket")
         return self
 
     def stop(self) -> None:
         self._running = False
         self.api.socket_url = None
-        for conn in list(self._connections):
+        for conn in list(self._accepted):
             conn.close()
+        # shutdown, not only close: a close leaves the thread blocked in accept() blocked.
+        try:
+            self._listener.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
         self._listener.close()
+        for thread in self._threads:
+            thread.join(10)
+
+    def _spawn(self, target, *args: Any, name: str) -> None:
+        thread = threading.Thread(target=target, args=args, name=name, daemon=True)
+        self._threads.append(thread)
+        thread.start()
 
     def reset(self) -> None:
         """Between tests: drop every connection, forget acks and envelopes."""
@@ -206,10 +220,13 @@ class SlackSocketServer:
                 sock, _ = self._listener.accept()
             except OSError:
                 return
-            threading.Thread(target=self._serve, args=(sock,), name="slack-socket-conn", daemon=True).start()
+            self._spawn(self._serve, sock, name="slack-socket-conn")
 
     def _serve(self, sock: socket.socket) -> None:
         conn = Connection(sock)
+        self._accepted.append(conn)
+        if not self._running:  # stop() ran between the accept and here
+            conn.close()
         try:
             if not self._handshake(conn):
                 return
