@@ -151,11 +151,16 @@ class SlackSocketServer:
 
     # --- what tests do ------------------------------------------------------------------------
 
-    def wait_connected(self, timeout: float = 10) -> Connection:
+    def wait_connected(self, timeout: float = 60) -> Connection:
+        """The newest open connection not told to go away. A retiring one is hung up as soon as
+        its successor has shaken hands: an envelope sent on it in between would be lost."""
+        def live() -> list[Connection]:
+            return [c for c in self._connections if c.open and not c.retiring]
+
         with self._changed:
-            if not self._changed.wait_for(lambda: any(c.open for c in self._connections), timeout):
+            if not self._changed.wait_for(live, timeout):
                 raise TimeoutError(f"no Socket Mode client connected within {timeout} s")
-            return [c for c in self._connections if c.open][-1]
+            return live()[-1]
 
     def wait_ack(self, envelope_id: str, timeout: float = 10) -> dict[str, Any]:
         with self._changed:
