@@ -58,7 +58,7 @@ class Sshd:
     def ssh(self, **over: Any) -> dict[str, Any]:
         """An `ssh:` section of the cluster config that logs in to this sshd."""
         return {"hosts": ["127.0.0.1"], "port": self.port, "user": "root", "key_file": self.key,
-                "known_hosts": self.known_hosts, "connect_timeout": 5, "retries": 1,
+                "known_hosts": self.known_hosts, "connect_timeout": 30, "retries": 1,
                 "backoff_seconds": 0.1, **over}
 
 

@@ -14,7 +14,7 @@ from slurmlab import Sshd
 
 def target(sshd: Sshd, **over) -> SSHTarget:
     base = dict(hosts=("127.0.0.1",), port=sshd.port, user="root", key_file=sshd.key,
-                known_hosts=sshd.known_hosts, connect_timeout=5, retries=1, backoff=0.1)
+                known_hosts=sshd.known_hosts, connect_timeout=30, retries=1, backoff=0.1)
     return SSHTarget(**{**base, **over})
 
 
