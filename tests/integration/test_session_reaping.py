@@ -4,7 +4,7 @@ else: not a live session's processes, not a process that got a recorded pid late
 
 The Ray side runs on stand-in sessions (a shell and its child in a session of their own, as
 `ray start --block` and its daemons are), since `ray_local.reap` signals sessions and never
-asks Ray anything. The Slurm side, with real daemons, is tests/integration/slurm/test_harness_reaping.py.
+asks Ray anything. The Slurm side, with real daemons, is tests/integration/slurm/test_slurm_reaping.py.
 """
 
 from __future__ import annotations
