@@ -564,7 +564,7 @@ def slack(
     scenario: Optional[str] = typer.Argument(None, help="A recorded cluster to answer about: a scenario file (fixture backend)"),
     cluster: Optional[Path] = typer.Option(None, "--cluster", help="A cluster.yaml with a slack: section"),
     http: bool = typer.Option(False, "--http", help="Serve Slack's request URL (/slack/events) instead of Socket Mode"),
-    port: int = typer.Option(3000, min=1, max=65535, help="With --http: the port"),
+    port: int = typer.Option(3000, min=0, max=65535, help="With --http: the port (0: a free one, named when it starts)"),
     host: str = typer.Option("0.0.0.0", help="With --http: the address to listen on"),
     state_dir: Path = typer.Option(DEFAULT_STATE_DIR),
     policy: Optional[str] = typer.Option(None, help="playbook | llm | auto (default: auto where a model is configured)"),

@@ -253,6 +253,8 @@ class Store:
         self.requests: list[tuple[str, str, dict[str, list[str]], Any]] = []
         """(method, path, query, body) of every request, for tests to assert on."""
         self.latency = 0.0
+        self.watches = 0
+        """Watches open now: a test that changes something during a watch waits for one (cond)."""
 
     # Resources ------------------------------------------------------------------
     def key(self, res: Resource) -> str:
@@ -556,6 +558,8 @@ class Handler(BaseHTTPRequestHandler):
             self._chunk(json.dumps({"type": kind, "object": obj}).encode() + b"\n")
 
         with store.cond:
+            store.watches += 1
+            store.cond.notify_all()
             rv_text = q.get("resourceVersion", "")
             if rv_text in ("", "0"):
                 # "Any" version: the current state as ADDED events, then changes.
@@ -568,6 +572,7 @@ class Handler(BaseHTTPRequestHandler):
                     body = status(410, "Expired", f"too old resource version: {start} ({store.compacted - 1})")
                     line("ERROR", body)
                     self._chunk(b"")
+                    self._watch_closed()
                     return
         try:
             for o in initial:
@@ -594,6 +599,12 @@ class Handler(BaseHTTPRequestHandler):
             self._chunk(b"")
         except (BrokenPipeError, ConnectionResetError):
             pass
+        finally:
+            self._watch_closed()
+
+    def _watch_closed(self) -> None:
+        with self.server.store.cond:
+            self.server.store.watches -= 1
 
     def _patch(self, res: Resource, ns: str | None, name: str, body: Any) -> dict[str, Any]:
         store = self.server.store

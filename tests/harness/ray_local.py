@@ -15,7 +15,9 @@ with the head's GCS address and blocks, as Ray's own multi-node tests do (ray.cl
 The head runs `ray start --head --block` in a session of its own: every Ray daemon it
 starts (GCS, raylet, dashboard, agents, workers) is in that session, and stopping sends
 signals to that session's processes only. `ray stop` is never used: it kills every Ray
-process on the machine, other people's included.
+process on the machine, other people's included. A test session killed before its teardown
+leaves its heads running; `reap` (run when the next session starts) stops the ones under a
+directory whose owning session has died (owner.py), by those sessions' ids.
 
 Why each setting (see the Ray section of the project's notes):
 - RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 for `ray start` and every client: without it Ray
@@ -43,9 +45,12 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+
+import owner
 
 OOM_HEADROOM_BYTES = 2_500_000_000
 """How far above the machine's current use the memory monitor starts killing."""
@@ -96,10 +101,22 @@ def up(directory: str | Path, extra_env: dict[str, str] | None = None) -> RayHea
     """Start the head; wait until the GCS and the Jobs API answer. RuntimeError with the
     head's own log when it does not come up. `extra_env`: Ray settings for this head only
     (RAY_health_check_period_ms, say)."""
+    # Its ports are picked free here and bound by Ray later; anyone on the machine may take
+    # one in between, and the head then exits at start: it is started again on other ports.
+    for _ in range(3):
+        head = _up_once(directory, extra_env)
+        if head is not None:
+            return head
+    raise RuntimeError(f"the Ray head exited at start three times:\n"
+                       f"{(Path(directory).resolve() / 'ray-start.log').read_text()[-3000:]}")
+
+
+def _up_once(directory: str | Path, extra_env: dict[str, str] | None) -> RayHead | None:
+    """The head, or None when it exited during its start."""
     root = Path(directory).resolve()
     root.mkdir(parents=True, exist_ok=True)
     # Ray's socket paths must stay under 107 bytes: its temp dir is short, under /tmp.
-    temp = Path(f"/tmp/ccray-{os.getpid()}-{int(time.time())}")
+    temp = Path(f"/tmp/ccray-{os.getpid()}-{time.time_ns() // 1000 % 10**9}")
     gcs, dashboard = free_port(), free_port()
     # `python` in a job's entrypoint is this interpreter, the one with Ray, as on a real cluster.
     path = f"{Path(sys.executable).parent}:{os.environ.get('PATH', '/usr/bin:/bin')}"
@@ -113,12 +130,15 @@ def up(directory: str | Path, extra_env: dict[str, str] | None = None) -> RayHea
     proc = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     head = RayHead(dir=str(root), gcs_address=f"127.0.0.1:{gcs}", dashboard_url=f"http://127.0.0.1:{dashboard}",
                    pid=proc.pid)
-    (root / "head.json").write_text(json.dumps({**asdict(head), "temp_dir": str(temp)}))
+    (root / "head.json").write_text(json.dumps({**asdict(head), "temp_dir": str(temp),
+                                                "start": owner.start_time(proc.pid)}))
     deadline = time.monotonic() + START_TIMEOUT
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            break
-        if _answers(head):
+            down(root)
+            return None
+        # Our head still running, and answering: a dashboard port someone else holds answers too.
+        if _answers(head) and proc.poll() is None:
             return head
         time.sleep(0.5)
     down(root)
@@ -152,7 +172,8 @@ def join(head: RayHead, directory: str | Path, name: str, num_cpus: int = 1,
             json.dumps(resources or {}), str(temp)]
     log = open(root / "node.log", "w")
     proc = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    (root / "head.json").write_text(json.dumps({"pid": proc.pid, "temp_dir": str(temp), "name": name}))
+    (root / "head.json").write_text(json.dumps({"pid": proc.pid, "temp_dir": str(temp), "name": name,
+                                                "start": owner.start_time(proc.pid)}))
     deadline = time.monotonic() + START_TIMEOUT
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -173,7 +194,7 @@ def kill(directory: str | Path) -> None:
         info = json.loads((Path(directory).resolve() / "head.json").read_text())
     except (OSError, ValueError):
         return
-    _stop_session(info["pid"], 0.0, graceful=False)
+    _stop_session(info["pid"], 0.0, graceful=False, started=info.get("start"))
     subprocess.run(["rm", "-rf", info.get("temp_dir", "/nonexistent")], check=False)
 
 
@@ -231,7 +252,8 @@ def _session_pids(sid: int) -> list[int]:
         try:
             # Field 6 of /proc/PID/stat is the session id (after the command in parentheses).
             fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            if int(fields[3]) == sid:
+            # A zombie has exited already: waiting for it to go would wait for its parent.
+            if int(fields[3]) == sid and fields[0] != "Z":
                 pids.append(int(entry.name))
         except (OSError, IndexError, ValueError):
             continue
@@ -247,11 +269,32 @@ def down(directory: str | Path, timeout: float = 3.0) -> None:
     except (OSError, ValueError):
         return
     # start_new_session: the leader's pid is the session's id.
-    _stop_session(info["pid"], timeout)
+    _stop_session(info["pid"], timeout, started=info.get("start"))
     subprocess.run(["rm", "-rf", info.get("temp_dir", "/nonexistent")], check=False)
 
 
-def _stop_session(sid: int, timeout: float, graceful: bool = True) -> None:
+def reap(tmp: str | Path | None = None) -> list[Path]:
+    """Stop the heads and worker nodes under /tmp/crashcart-ray-* (or `tmp`) whose owning test
+    session has died, and delete their directories. Returns the directories reaped."""
+    reaped = []
+    for root in owner.orphans("crashcart-ray-*", tmp or tempfile.gettempdir()):
+        # A head's head.json is in its directory or one below (root/head, root/spot-a: a node).
+        for started in [root / "head.json", *root.glob("*/head.json")]:
+            if started.is_file():
+                down(started.parent)
+        subprocess.run(["rm", "-rf", str(root)], check=False)
+        reaped.append(root)
+    return reaped
+
+
+def _stop_session(sid: int, timeout: float, graceful: bool = True, started: int | None = None) -> None:
+    """Signal the processes of session `sid`. Linux never hands out a pid still in use as a
+    session id, so while any process of the session lives, they are ours; a leader alive
+    with another start time than `started` is another process that got the pid after our
+    whole session had ended, and is left alone."""
+    now = owner.start_time(sid)
+    if started is not None and now is not None and now != started:
+        return
     steps = ((signal.SIGTERM, timeout), (signal.SIGKILL, 5.0)) if graceful else ((signal.SIGKILL, 5.0),)
     for sig, wait in steps:
         pids = _session_pids(sid)

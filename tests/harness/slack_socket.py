@@ -102,6 +102,8 @@ class SlackSocketServer:
         self._changed = threading.Condition()
         self._listener = socket.create_server(("127.0.0.1", port))
         self._running = False
+        self._threads: list[threading.Thread] = []
+        self._accepted: list[Connection] = []  # every connection, handshake done or not
 
     @property
     def port(self) -> int:
@@ -110,15 +112,27 @@ class SlackSocketServer:
     def start(self) -> "SlackSocketServer":
         self._running = True
         self.api.socket_url = self.new_url
-        threading.Thread(target=self._accept_loop, name="slack-socket", daemon=True).start()
+        self._spawn(self._accept_loop, name="slack-socket")
         return self
 
     def stop(self) -> None:
         self._running = False
         self.api.socket_url = None
-        for conn in list(self._connections):
+        for conn in list(self._accepted):
             conn.close()
+        # shutdown, not only close: a close leaves the thread blocked in accept() blocked.
+        try:
+            self._listener.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
         self._listener.close()
+        for thread in self._threads:
+            thread.join(10)
+
+    def _spawn(self, target, *args: Any, name: str) -> None:
+        thread = threading.Thread(target=target, args=args, name=name, daemon=True)
+        self._threads.append(thread)
+        thread.start()
 
     def reset(self) -> None:
         """Between tests: drop every connection, forget acks and envelopes."""
@@ -137,11 +151,16 @@ class SlackSocketServer:
 
     # --- what tests do ------------------------------------------------------------------------
 
-    def wait_connected(self, timeout: float = 10) -> Connection:
+    def wait_connected(self, timeout: float = 60) -> Connection:
+        """The newest open connection not told to go away. A retiring one is hung up as soon as
+        its successor has shaken hands: an envelope sent on it in between would be lost."""
+        def live() -> list[Connection]:
+            return [c for c in self._connections if c.open and not c.retiring]
+
         with self._changed:
-            if not self._changed.wait_for(lambda: any(c.open for c in self._connections), timeout):
+            if not self._changed.wait_for(live, timeout):
                 raise TimeoutError(f"no Socket Mode client connected within {timeout} s")
-            return [c for c in self._connections if c.open][-1]
+            return live()[-1]
 
     def wait_ack(self, envelope_id: str, timeout: float = 10) -> dict[str, Any]:
         with self._changed:
@@ -206,10 +225,13 @@ class SlackSocketServer:
                 sock, _ = self._listener.accept()
             except OSError:
                 return
-            threading.Thread(target=self._serve, args=(sock,), name="slack-socket-conn", daemon=True).start()
+            self._spawn(self._serve, sock, name="slack-socket-conn")
 
     def _serve(self, sock: socket.socket) -> None:
         conn = Connection(sock)
+        self._accepted.append(conn)
+        if not self._running:  # stop() ran between the accept and here
+            conn.close()
         try:
             if not self._handshake(conn):
                 return

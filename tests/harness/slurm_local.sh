@@ -231,7 +231,13 @@ pid_alive() { # name exe
   [ -s "$f" ] || return 1
   pid=$(cat "$f")
   # Debian installs the Slurm daemons through update-alternatives: compare resolved paths.
-  proc_running "$pid" && [ "$(readlink "/proc/$pid/exe" 2>/dev/null)" = "$(readlink -f "$2")" ]
+  proc_running "$pid" && [ "$(readlink "/proc/$pid/exe" 2>/dev/null)" = "$(readlink -f "$2")" ] && ours "$pid"
+}
+ours() { # pid: started by this script for $D. The pid of a daemon that died may since have gone
+  # to the same daemon of another cluster on this machine (another test session's); each of ours
+  # was started with this cluster's SLURM_CONF in its environment. Unreadable: the exe must do.
+  local env; env=$(tr '\0' '\n' < "/proc/$1/environ" 2>/dev/null) || return 0
+  grep -qxF "SLURM_CONF=$SLURM_CONF" <<<"$env"
 }
 start_daemon() { # name exe args...
   local name=$1 exe=$2; shift 2
@@ -269,7 +275,8 @@ wait_up() { # name exe seconds command...  (fails fast when the daemon died)
   local name=$1 exe=$2 secs=$3 i; shift 3
   for i in $(seq 1 $((secs * 5))); do
     if "$@" >/dev/null 2>&1; then return 0; fi
-    if ! pid_alive "$name" "$exe"; then
+    # Running, not pid_alive: until setsid has exec()ed, the pid's exe is still setsid's.
+    if ! proc_running "$(cat "$PIDDIR/$name.pid")"; then
       tail -n 15 "$D/log/$name.out" >&2 || true
       [ "$name" != mariadbd ] || tail -n 15 "$D/mysql/mariadb.err" >&2 || true
       die "$name exited during startup (log: $D/log/$name.out)"

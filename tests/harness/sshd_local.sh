@@ -24,7 +24,12 @@ our_sshd() { # DIR -> true when DIR/sshd.pid names a live sshd
   local f="$1/sshd.pid" pid
   [ -s "$f" ] || return 1
   pid=$(cat "$f")
-  proc_running "$pid" && [ "$(readlink "/proc/$pid/exe" 2>/dev/null)" = "$(readlink -f "$SSHD")" ]
+  proc_running "$pid" && [ "$(readlink "/proc/$pid/exe" 2>/dev/null)" = "$(readlink -f "$SSHD")" ] || return 1
+  # The config's path, not only the exe: a pid of a dead sshd of ours may since be another's sshd.
+  # sshd retitles itself ("sshd: /usr/sbin/sshd -D -e -f DIR/sshd_config [listener] ..."), so
+  # its command line is one string: the path is looked for as a word in it.
+  local argv; argv=$(tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null) || return 1
+  [[ " $argv " == *" $1/sshd_config "* ]]
 }
 
 cmd_up() {
@@ -66,7 +71,8 @@ EOF
   echo $! > "$dir/sshd.pid"
   for i in $(seq 1 50); do
     if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then log "sshd up on 127.0.0.1:$port (pid $(cat "$dir/sshd.pid"))"; return 0; fi
-    our_sshd "$dir" || { tail -n 20 "$dir/sshd.log" >&2; die "sshd exited during startup (log: $dir/sshd.log)"; }
+    # Running, not our_sshd: until setsid has exec()ed, the pid's exe is still setsid's.
+    proc_running "$(cat "$dir/sshd.pid")" || { tail -n 20 "$dir/sshd.log" >&2; die "sshd exited during startup (log: $dir/sshd.log)"; }
     sleep 0.1
   done
   die "sshd did not answer on 127.0.0.1:$port (log: $dir/sshd.log)"

@@ -48,31 +48,50 @@ def local_model(tmp_path_factory):
     except ImportError as e:
         _missing(f"the local model stack is not installed ({e.name})")
     path = gemma.assemble(tmp_path_factory.mktemp("gguf") / "gemma3-270m.gguf")
-    port = _free_port()
-    log = tmp_path_factory.mktemp("llama") / "server.log"
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "llama_cpp.server", "--model", str(path), "--model_alias", ALIAS,
-             "--host", "127.0.0.1", "--port", str(port), "--n_ctx", "8192", "--chat_format", "gemma",
-             # One thread: on a busy two-core machine two threads ran some sixty times slower.
-             "--n_threads", "1", "--n_threads_batch", "1"],
-            stdout=out, stderr=subprocess.STDOUT)
+    log_dir = tmp_path_factory.mktemp("llama")
+    # The port is picked free here and bound by the server later: anyone on the machine may
+    # take it in between. Then the server exits, and is started again on another port.
+    for attempt in range(3):
+        port = _free_port()
+        log = log_dir / f"server-{attempt}.log"
+        with open(log, "wb") as out:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "llama_cpp.server", "--model", str(path), "--model_alias", ALIAS,
+                 "--host", "127.0.0.1", "--port", str(port), "--n_ctx", "8192", "--chat_format", "gemma",
+                 # One thread: on a busy two-core machine two threads ran some sixty times slower.
+                 "--n_threads", "1", "--n_threads_batch", "1"],
+                stdout=out, stderr=subprocess.STDOUT)
+        if _serves(proc, port, timeout=300):
+            break
+        exited = proc.poll() is not None
+        proc.kill()
+        proc.wait()
+        if not exited:
+            pytest.fail(f"llama.cpp server did not serve {ALIAS} within 300 s: {log.read_text()[-2000:]}")
+    else:
+        pytest.fail(f"llama.cpp server exited three times at start: {log.read_text()[-2000:]}")
     try:
-        deadline = time.monotonic() + 90
-        while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                pytest.fail(f"llama.cpp server exited ({proc.returncode}): {log.read_text()[-2000:]}")
-            try:
-                with socket.create_connection(("127.0.0.1", port), timeout=1):
-                    break
-            except OSError:
-                time.sleep(0.3)
-        else:
-            pytest.fail(f"llama.cpp server did not listen within 90 s: {log.read_text()[-2000:]}")
         yield f"http://127.0.0.1:{port}/v1"
     finally:
         proc.terminate()
         proc.wait(timeout=20)
+
+
+def _serves(proc: subprocess.Popen, port: int, timeout: float) -> bool:
+    """Our server answers on `port` with our model (not another process that took the port)."""
+    import json
+    import urllib.request
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=5) as r:
+                if ALIAS in [m.get("id") for m in json.loads(r.read()).get("data", [])]:
+                    return True
+        except (OSError, ValueError):
+            pass
+        time.sleep(0.3)
+    return False
 
 
 @pytest.mark.parametrize("scenario_id", ["hardware/hw-ib-roce-port-flap-one-node-slurm",

@@ -99,9 +99,17 @@ def smtp_server():
         return AuthResult(success=ok)
 
     inbox = Inbox()
-    controller = Controller(inbox, hostname="127.0.0.1", port=_free_port(), authenticator=authenticator,
-                            auth_require_tls=False)
-    controller.start()
+    # The port is picked free here and bound by the controller after: anyone on the machine may
+    # take it in between (aiosmtpd cannot bind port 0 and say which). Then another one is tried.
+    for attempt in range(3):
+        controller = Controller(inbox, hostname="127.0.0.1", port=_free_port(), authenticator=authenticator,
+                                auth_require_tls=False)
+        try:
+            controller.start()
+            break
+        except OSError:
+            if attempt == 2:
+                raise
     yield controller, inbox
     controller.stop()
 

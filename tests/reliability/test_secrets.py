@@ -51,6 +51,7 @@ def login_node(tmp_path):
     known.write_text(f"[127.0.0.1]:{port} {host_key.get_name()} {host_key.get_base64()}\n")
     offered: list[str] = []
     stop = threading.Event()
+    transports: list[paramiko.Transport] = []
 
     def serve():
         sock.settimeout(0.2)
@@ -60,6 +61,7 @@ def login_node(tmp_path):
             except OSError:
                 continue
             t = paramiko.Transport(conn)
+            transports.append(t)
             t.add_server_key(host_key)
             try:
                 t.start_server(server=_Refuses(offered))
@@ -70,7 +72,11 @@ def login_node(tmp_path):
     thread.start()
     yield port, known, offered
     stop.set()
-    thread.join(2)
+    thread.join()  # the accept loop looks at `stop` every 0.2 s
+    # Each login's server side is a thread of paramiko's: ended and joined here, not at exit.
+    for t in transports:
+        t.close()
+        t.join(10)
     sock.close()
 
 

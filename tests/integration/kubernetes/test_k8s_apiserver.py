@@ -66,14 +66,17 @@ def test_watch_streams_changes_from_a_resource_version_with_bookmarks(lab, v1):
     lab.add(k.pod("a"))
     rv = v1.list_namespaced_pod("train").metadata.resource_version
 
-    def later():
+    def during_the_watch():
+        # Once the watch is open, not after a fixed delay: a loaded machine may be slower than any.
+        with lab.store.cond:
+            assert lab.store.cond.wait_for(lambda: lab.store.watches, timeout=60)
         lab.add(k.pod("b"))
-    timer = threading.Timer(0.3, later)
-    timer.start()
+    adder = threading.Thread(target=during_the_watch)
+    adder.start()
     seen = [(e["type"], e["raw_object"]["metadata"].get("name"))
             for e in watch.Watch().stream(v1.list_namespaced_pod, "train", resource_version=rv,
-                                          allow_watch_bookmarks=True, timeout_seconds=1)]
-    timer.join()
+                                          allow_watch_bookmarks=True, timeout_seconds=3)]
+    adder.join()
     assert seen[0] == ("ADDED", "b")
     assert seen[-1][0] == "BOOKMARK"
 

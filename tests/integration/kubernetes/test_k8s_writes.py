@@ -50,8 +50,16 @@ def test_drain_goes_on_when_the_budget_allows_again(lab):
     lab.add(k.node("gpu-a01"))
     lab.add(k.pod("serve-0", node_name="gpu-a01", labels={"app": "serve"}))
     budget = lab.add(k.pdb("serve-pdb", "train", {"app": "serve"}, allowed=0))
-    threading.Timer(1.0, lambda: lab.update(budget, lambda o: o["status"].update(disruptionsAllowed=1))).start()
-    out = run(lab.backend(drain={"eviction_timeout_seconds": 10, "retry_seconds": 0.3}), "node_drain", node="gpu-a01", reason="ECC")
+    # The budget allows again once the drain has been refused at least once, however slow the machine.
+    def allow_after_a_refusal():
+        deadline = time.monotonic() + 60
+        while not any(p.endswith("/eviction") for _, p in lab.writes()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        lab.update(budget, lambda o: o["status"].update(disruptionsAllowed=1))
+    allower = threading.Thread(target=allow_after_a_refusal)
+    allower.start()
+    out = run(lab.backend(drain={"eviction_timeout_seconds": 60, "retry_seconds": 0.3}), "node_drain", node="gpu-a01", reason="ECC")
+    allower.join()
     assert out.ok and "node/gpu-a01 drained" in out.message
     assert lab.all("v1", "Pod") == []
 

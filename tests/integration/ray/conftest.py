@@ -2,7 +2,8 @@
 
 tests/harness/ray_local.py starts `ray start --head --block` in a session of its own
 (RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0, 2 CPUs, a 100 MB object store, no memory monitor) and stops it by that session's pids,
-never with `ray stop`. The tests skip when Ray is not installed, except when the CI
+never with `ray stop`. Every head's directory names the test session owning it: the first
+head of a session first stops what killed sessions left (ray_local.reap). The tests skip when Ray is not installed, except when the CI
 environment variable is set: then they fail, so a CI run without a real head cannot pass.
 """
 
@@ -37,9 +38,13 @@ def unavailable(reason: str) -> None:
 def ray_lab() -> RayLab:
     if importlib.util.find_spec("ray") is None or not Path(sys.executable).with_name("ray").exists():
         unavailable("Ray is not installed in this environment (pip install -e '.[test]' installs ray[default])")
+    import owner
     import ray_local
 
+    # Heads of earlier sessions killed before their teardown: their processes and ports.
+    ray_local.reap()
     root = Path(tempfile.mkdtemp(prefix="crashcart-ray-"))
+    owner.claim(root)
     try:
         # No memory monitor on the shared head (ray_local's default): its threshold is the whole
         # machine's, and others' use crossing it killed these tests' workers. The OOM test joins
@@ -63,9 +68,11 @@ def oom_node(ray_lab: RayLab):
     """A worker node joined to the shared head with Ray's memory monitor on (its threshold just
     above what the machine uses now) and a resource `oom` only it offers: a task pinned there is
     the only worker its monitor can kill; the job's supervisor and driver stay on the head."""
+    import owner
     import ray_local
 
     root = Path(tempfile.mkdtemp(prefix="crashcart-ray-oom-"))
+    owner.claim(root)
     try:
         node = ray_local.join(ray_lab.head, root / "node", "oom-node", num_cpus=1, resources={"oom": 1},
                               memory_monitor=True)

@@ -47,9 +47,11 @@ FAST_HEALTH_CHECKS = {"RAY_health_check_period_ms": "500", "RAY_health_check_fai
 
 @pytest.fixture(scope="module")
 def cluster(ray_lab: RayLab):
+    import owner
     import ray_local
 
     root = Path(tempfile.mkdtemp(prefix="crashcart-ray-nodes-"))
+    owner.claim(root)
     nodes: list[Path] = []
     try:
         head = ray_local.up(root / "head", extra_env=FAST_HEALTH_CHECKS)

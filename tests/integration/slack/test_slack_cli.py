@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -61,10 +60,27 @@ def test_a_token_slack_refuses_is_a_clear_error(tmp_path, slack_api):
     assert "xoxb-wrong-token-0000" not in out.stdout + out.stderr
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def announced_port(proc: subprocess.Popen, timeout: float) -> tuple[int, list[str]]:
+    """The port `crashcart slack --http --port 0` says it serves on, and what it printed before."""
+    import queue
+    import re
+    import threading
+
+    lines: queue.Queue[str] = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(line) for line in proc.stdout], daemon=True).start()
+    seen: list[str] = []
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            line = lines.get(timeout=0.5)
+        except queue.Empty:
+            assert proc.poll() is None, f"crashcart slack exited {proc.returncode}:\n{''.join(seen)}"
+            continue
+        seen.append(line)
+        served = re.search(r"serving Slack's request URL at http://127\.0\.0\.1:(\d+)/slack/events", line)
+        if served:
+            return int(served[1]), seen
+    raise AssertionError(f"crashcart slack did not say where it serves within {timeout} s:\n{''.join(seen)}")
 
 
 def post(port: int, body: str, headers: dict[str, list[str]]) -> int:
@@ -78,30 +94,25 @@ def post(port: int, body: str, headers: dict[str, list[str]]) -> int:
 
 
 def test_http_mode_answers_a_signed_mention_in_its_thread(tmp_path, slack_api):
-    port = free_port()
     config = cluster_yaml(tmp_path, slack_api)
     env = {**os.environ, "TEST_SLACK_BOT": slack_api.bot_token, "TEST_SLACK_SIGNING": SIGNING_SECRET,
            "NO_COLOR": "1"}
+    # Port 0: the server binds a free port and says which. A port picked free here first could be
+    # taken by anyone on the machine before the server binds it.
     proc = subprocess.Popen([sys.executable, "-m", "crashcart.agent.interfaces.cli", "slack", "--cluster", str(config),
-                             "--http", "--host", "127.0.0.1", "--port", str(port), "--state-dir", str(tmp_path / "s")],
+                             "--http", "--host", "127.0.0.1", "--port", "0", "--state-dir", str(tmp_path / "s")],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        deadline = time.time() + 30
-        while time.time() < deadline and not slack_api.calls("auth.test"):
-            time.sleep(0.1)
+        # Generous: the CLI imports the whole stack, which takes long on a loaded machine.
+        port, _ = announced_port(proc, timeout=120)
+        assert slack_api.calls("auth.test"), "the token is checked before the server starts"
         asked = slack_api.workspace.post(CHANNEL, user=ALICE, text=f"<@{BOT_USER_ID}> is gpu-b07 healthy?")
         body = event_body({"type": "app_mention", "user": ALICE, "text": asked["text"], "ts": asked["ts"],
                            "channel": CHANNEL, "event_ts": asked["ts"]})
-        status = None
-        while time.time() < deadline:
-            try:
-                status = post(port, body, signed_headers(body, content_type="application/json"))
-                break
-            except OSError:  # not listening yet
-                time.sleep(0.2)
-        assert status == 200
+        assert post(port, body, signed_headers(body, content_type="application/json")) == 200
         assert post(port, body, signed_headers(body, content_type="application/json", secret="wrong")) == 401
-        while time.time() < deadline + 30:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
             replies = slack_api.workspace.thread(CHANNEL, asked["ts"])[1:]
             if replies and replies[0].get("edited") and "investigation_failed" in json.dumps(replies[0]["blocks"]):
                 break
@@ -113,7 +124,7 @@ def test_http_mode_answers_a_signed_mention_in_its_thread(tmp_path, slack_api):
     finally:
         proc.terminate()
         try:
-            proc.wait(timeout=10)
+            proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
             proc.kill()
-    assert "serving Slack's request URL" in proc.stdout.read()
+            proc.wait()

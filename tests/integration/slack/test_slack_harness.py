@@ -118,3 +118,25 @@ def test_json_without_charset_gets_slacks_warning(slack_api):
                                               "Authorization": f"Bearer {slack_api.bot_token}"})
     body = json.loads(urllib.request.urlopen(request).read())
     assert body["ok"] and body["response_metadata"]["warnings"] == ["missing_charset"]
+
+
+def test_stopping_the_socket_mode_server_ends_its_threads(slack_api):
+    """A harness thread left blocked in accept() or a read lives until the interpreter ends it."""
+    import socket as sockets
+
+    from slack_socket import SlackSocketServer
+
+    shared = slack_api.socket_url  # the session's own Socket Mode server: given back after
+    server = SlackSocketServer(slack_api).start()
+    client = sockets.create_connection(("127.0.0.1", server.port))
+    try:
+        # The accept loop and the connection's thread, blocked in its handshake read.
+        deadline = time.monotonic() + 60
+        while len(server._threads) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert len(server._threads) == 2
+        server.stop()
+        assert [t.name for t in server._threads if t.is_alive()] == []
+    finally:
+        client.close()
+        slack_api.socket_url = shared

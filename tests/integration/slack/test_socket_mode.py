@@ -97,7 +97,7 @@ def test_an_approve_click_over_socket_mode_runs_the_drain_once(connected, slack_
 def test_after_slacks_disconnect_notice_the_app_reconnects_with_a_new_ticket(connected, slack_api, slack_socket):
     rig = connected
     slack_socket.disconnect("refresh_requested")
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + 60
     while len(slack_socket.handshakes) < 2 and time.monotonic() < deadline:
         time.sleep(0.05)
     assert len(slack_socket.handshakes) == 2 and len(slack_api.calls("apps.connections.open")) == 2

@@ -4,7 +4,8 @@ tests/harness/slurm_local.sh installs Slurm, munge, MariaDB and openssh-server i
 needed (Debian packages, as root) and starts munged, mariadbd, slurmdbd, slurmctld
 and five slurmd virtual nodes with fake GPUs under a private directory;
 tests/harness/sshd_local.sh runs sshd on a high loopback port. Both stop at the
-end of the session, by the PIDs they recorded.
+end of the session, by the PIDs they recorded; what a killed session left running
+is stopped first (slurmprocs.py).
 
 When this machine cannot run them (not root, no apt-get, the install fails) the
 tests skip with the reason, except when the CI environment variable is set: then
@@ -14,19 +15,16 @@ they fail, so a CI run without real Slurm can never pass.
 from __future__ import annotations
 
 import os
-import random
 import shutil
-import socket
-import subprocess
 import tempfile
 from pathlib import Path
 
 import pytest
 
-from slurmlab import HARNESS, SlurmLab, Sshd
+from slurmlab import SlurmLab, Sshd
+from slurmprocs import NODES, SSHD_PORT, free_base, harness, owner, reap_dead_sessions, stop_lab
 
 pytestmark = pytest.mark.slurm
-NODES = 5
 RESERVED = ("n3", "n4")
 """Nodes kept for the tests that take a node down (SlurmLab.reserved_node): the agent reads a
 lost node's recent history, so theirs must hold only the test's own job."""
@@ -47,34 +45,6 @@ def unavailable(reason: str) -> None:
     pytest.skip(reason)
 
 
-def _free_base(span: int = 110, avoid: set[int] = frozenset()) -> int:
-    """A port base whose ports (base+17..base+33 and base+101..base+105) are free. The search
-    starts at a random base: sessions started together on one machine would otherwise all
-    find the same one free before any of them binds it."""
-    bases = list(range(17800, 29000, 200))
-    start = random.randrange(len(bases))
-    for base in bases[start:] + bases[:start]:
-        if base in avoid:
-            continue
-        ports = [base + p for p in (17, 18, 19, 33)] + [base + 100 + i for i in range(1, NODES + 1)]
-        if all(_free(p) for p in ports):
-            return base
-    raise RuntimeError("no free port range for the test cluster")
-
-
-def _free(port: int) -> bool:
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
-def _harness(script: str, *args: str, env: dict[str, str], timeout: float) -> subprocess.CompletedProcess:
-    return subprocess.run([str(HARNESS / script), *args], env=env, capture_output=True, text=True, timeout=timeout)
-
-
 @pytest.fixture(scope="session")
 def slurm_lab(tmp_path_factory) -> SlurmLab:
     if os.geteuid() != 0:
@@ -85,31 +55,32 @@ def slurm_lab(tmp_path_factory) -> SlurmLab:
                if not shutil.which(c, path=os.environ.get("PATH", "") + ":/usr/sbin")]
     if missing and not shutil.which("apt-get"):
         unavailable(f"Slurm is not installed ({', '.join(missing)} missing) and there is no apt-get to install it")
-    done = _harness("slurm_local.sh", "install", env=dict(os.environ), timeout=900)
+    done = harness("slurm_local.sh", "install", env=dict(os.environ), timeout=900)
     if done.returncode != 0:
         unavailable(f"installing Slurm failed: {(done.stderr or done.stdout).strip()[-800:]}")
+    reap_dead_sessions()
     root, env, failures, tried = None, {}, [], set()
     # Another session on this machine may take the ports between our check and our daemons'
     # bind: a cluster that does not start is tried again on other ports, in a new directory.
     for _ in range(3):
-        tried.add(base := _free_base(avoid=tried))
+        tried.add(base := free_base(avoid=tried))
         root = Path(tempfile.mkdtemp(prefix="crashcart-slurm-"))
         root.chmod(0o755)
+        owner.claim(root)
         env = {**os.environ, "CRASHCART_SLURM_DIR": str(root / "cluster"), "CRASHCART_SLURM_NODES": str(NODES),
                "CRASHCART_SLURM_PORT_BASE": str(base), "CRASHCART_SLURM_RESERVED": ",".join(RESERVED)}
-        done = _harness("slurm_local.sh", "up", env=env, timeout=300)
+        done = harness("slurm_local.sh", "up", env=env, timeout=300)
         if done.returncode == 0:
             break
         failures.append(f"ports from {base}:\n{done.stderr[-2000:]}")
-        _harness("slurm_local.sh", "down", env=env, timeout=120)
-        shutil.rmtree(root, ignore_errors=True)
+        stop_lab(root)
     else:
         # Installed but not starting is a bug in the harness or the machine: never a skip.
         pytest.fail("the test cluster did not start:\n" + "\n".join(failures), pytrace=False)
     jobs = root / "jobs"
     jobs.mkdir()
     cluster = Path(env["CRASHCART_SLURM_DIR"])
-    lab = SlurmLab(dir=cluster, jobs=jobs, reserved=RESERVED,
+    lab = SlurmLab(dir=cluster, jobs=jobs, reserved=RESERVED, port_base=base,
                    memory_enforcement=(cluster / "etc" / "memory-enforcement").read_text().strip())
     # The time-limit job takes 60-100 s to be killed: start it first, share it.
     script = lab.script("time_limit.sh", TIME_LIMIT_JOB)
@@ -117,26 +88,25 @@ def slurm_lab(tmp_path_factory) -> SlurmLab:
     try:
         yield lab
     finally:
-        down = _harness("slurm_local.sh", "down", env=env, timeout=180)
-        if down.returncode == 0:
-            shutil.rmtree(root, ignore_errors=True)
-        else:
-            print(f"slurm_local.sh down failed; kept {root}: {down.stderr[-2000:]}")
+        failed = stop_lab(root)
+        if failed:
+            print(failed)
 
 
 @pytest.fixture(scope="session")
-def sshd(slurm_lab: SlurmLab, tmp_path_factory) -> Sshd:
-    """sshd on 127.0.0.1 (openssh-server, installed with the cluster), key login as root."""
-    directory = tmp_path_factory.mktemp("sshd")
-    port = next(p for p in range(22922, 23922) if _free(p))
-    done = _harness("sshd_local.sh", "up", str(directory), str(port), env=dict(os.environ), timeout=60)
+def sshd(slurm_lab: SlurmLab) -> Sshd:
+    """sshd on 127.0.0.1 (openssh-server, installed with the cluster), key login as root. It
+    lives in the cluster's directory, so whoever stops the cluster stops it too."""
+    directory = slurm_lab.dir.parent / "sshd"
+    port = slurm_lab.port_base + SSHD_PORT
+    done = harness("sshd_local.sh", "up", str(directory), str(port), env=dict(os.environ), timeout=60)
     if done.returncode != 0:
         pytest.fail(f"the loopback sshd did not start:\n{done.stderr[-2000:]}", pytrace=False)
     slurm_lab.sshd = Sshd(dir=directory, port=port)
     try:
         yield slurm_lab.sshd
     finally:
-        _harness("sshd_local.sh", "down", str(directory), env=dict(os.environ), timeout=60)
+        harness("sshd_local.sh", "down", str(directory), env=dict(os.environ), timeout=60)
 
 
 @pytest.fixture

@@ -58,7 +58,7 @@ class Sshd:
     def ssh(self, **over: Any) -> dict[str, Any]:
         """An `ssh:` section of the cluster config that logs in to this sshd."""
         return {"hosts": ["127.0.0.1"], "port": self.port, "user": "root", "key_file": self.key,
-                "known_hosts": self.known_hosts, "connect_timeout": 5, "retries": 1,
+                "known_hosts": self.known_hosts, "connect_timeout": 30, "retries": 1,
                 "backoff_seconds": 0.1, **over}
 
 
@@ -71,6 +71,8 @@ class SlurmLab:
     """cgroup: OUT_OF_MEMORY is possible; none: this machine's cgroups do not allow it."""
     reserved: tuple[str, ...] = ()
     """Nodes the scheduler fills last, kept for the tests that take a node down (reserved_node)."""
+    port_base: int = 0
+    """The cluster's ports are offsets from it (tests/harness/slurm_local.sh)."""
     sshd: Sshd | None = None
     background: dict[str, str] = field(default_factory=dict)
     """Jobs started at session start because they take long (name -> job id)."""
@@ -161,7 +163,7 @@ class SlurmLab:
         time.sleep((now.replace(microsecond=0) + timedelta(seconds=1) - now).total_seconds())
         return start
 
-    def wait_for(self, what: str, check, timeout: float = 20) -> Any:
+    def wait_for(self, what: str, check, timeout: float = 60) -> Any:
         """Poll until check() is truthy (accounting and the scheduler catch up in seconds)."""
         deadline = time.monotonic() + timeout
         while True:
@@ -301,9 +303,11 @@ def run_agent(backend: SlurmBackend, trigger: dict[str, Any], store_path: Path,
     policy = policy_from_dict(guard or ALLOW_ALL)
     if mode:
         policy = policy.model_copy(update={"mode": mode})
-    store = IncidentStore(str(store_path))
-    deps = make_deps(backend, make_policy("playbook"), policy, store, cluster="crashcart-local")
-    run = start_incident(deps, trigger, cluster="crashcart-local", source="test:slurm")
+    # Closed here, not at exit: its idle closer is a thread, and a test reading the file after
+    # the run opens it again.
+    with IncidentStore(str(store_path)) as store:
+        deps = make_deps(backend, make_policy("playbook"), policy, store, cluster="crashcart-local")
+        run = start_incident(deps, trigger, cluster="crashcart-local", source="test:slurm")
     assert not run.interrupted, "the test guard has no approval tiers; nothing should wait"
     return run.state
 

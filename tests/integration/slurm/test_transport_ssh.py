@@ -14,7 +14,7 @@ from slurmlab import Sshd
 
 def target(sshd: Sshd, **over) -> SSHTarget:
     base = dict(hosts=("127.0.0.1",), port=sshd.port, user="root", key_file=sshd.key,
-                known_hosts=sshd.known_hosts, connect_timeout=5, retries=1, backoff=0.1)
+                known_hosts=sshd.known_hosts, connect_timeout=30, retries=1, backoff=0.1)
     return SSHTarget(**{**base, **over})
 
 
@@ -77,7 +77,7 @@ def test_a_command_that_outlives_its_timeout_is_stopped(sshd: Sshd):
     started = time.monotonic()
     with pytest.raises(TransportError, match="did not finish within 1 s"):
         t.run(["sleep", "20"], timeout=1)
-    assert time.monotonic() - started < 5
+    assert time.monotonic() - started < 15  # not the command's 20 s (logging in may take seconds under load)
     assert t.run(["echo", "still usable"]).stdout == "still usable\n"
 
 

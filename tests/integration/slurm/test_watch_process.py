@@ -127,8 +127,9 @@ def test_watch_detects_a_job_whose_log_stopped_and_restarts_it(lab: SlurmLab, tm
         lab.wait_for("the hung job's log", lambda: log.exists() and log.read_text().count("step") == 5)
         cluster = lab.cluster_file(tmp_path / "cluster.yaml", GUARD)
         state = tmp_path / "state"
-        # Too soon: the job has not been silent for the stall time yet.
-        early = watch(lab, cluster, state, t0, "--stall-minutes", "0.5")
+        # Too soon: the job has not been silent for the stall time yet. Ten minutes, not seconds:
+        # on a loaded machine the watch process alone may take tens of seconds to start.
+        early = watch(lab, cluster, state, t0, "--stall-minutes", "10")
         assert early.returncode == 0, early.stderr[-2000:]
         assert not incidents_for(state / "incidents.duckdb", hung)
 
