@@ -295,11 +295,20 @@ def call_key(tool: str, args: dict[str, Any]) -> str:
     return tool + "(" + ",".join(f"{k}={args[k]}" for k in sorted(args)) + ")"
 
 
+# Kueue names the Workload of a job `<owner kind, lower case>-<owner name>-<5 hex of a hash>`
+# (jobframework's GetWorkloadNameForOwnerWithGVK): its events are about the job that owns it.
+_KUEUE_WORKLOAD = re.compile(
+    r"^(?:job|jobset|pytorchjob|tfjob|mpijob|xgboostjob|paddlejob|jaxjob|trainjob|rayjob|raycluster|pod|"
+    r"deployment|statefulset|leaderworkerset|appwrapper)-(?P<owner>.+)-[0-9a-f]{5}$")
+
+
 def _entity_of_object(obj: str, known_nodes: dict[str, Any]) -> str:
     kind, _, rest = obj.partition("/")
     name = rest.rsplit("/", 1)[-1] if rest else kind
     if kind.lower() == "node" or name in known_nodes:
         return f"node:{name}"
+    if kind.lower() == "workload" and (m := _KUEUE_WORKLOAD.match(name)):
+        return f"job:{m['owner']}"
     return f"job:{name}"
 
 
