@@ -34,3 +34,55 @@ def _events(*objects: str) -> dict[str, Any]:
 def test_kueue_workload_events_point_at_the_owning_job(obj: str, entity: str) -> None:
     ev = build_evidence([_events(obj)], {"kind": "job_pending", "job": "x"}, NOW)
     assert [d.entity for d in ev.docs if d.source == "events"] == [entity]
+
+
+# --- a partition recorded as scontrol printed it ------------------------------------------------
+
+def _slurm(events: list[dict[str, Any]], partitions: list[dict[str, Any]] | None = None):
+    from crashcart.tools import REGISTRY
+    from crashcart.tools.backends.fixture import FixtureBackend
+    from crashcart.tools.cluster import Cluster
+
+    cluster = Cluster.model_validate({
+        "now": "2026-02-18T08:30:00Z", "partitions": partitions or [], "events": events,
+        "nodes": [{"name": f"g{i}", "state": "idle", "partition": p, "gpus": 8}
+                  for i, p in enumerate(["long", "long", "short"])],
+    })
+    backend = FixtureBackend(cluster, "slurm")
+    spec = REGISTRY.get("partition_info")
+    return lambda name: backend.run(spec, spec.parse_args({"partition": name}))
+
+
+def _record(obj: str, line: str, time: str = "2026-02-17T17:00:00Z") -> dict[str, Any]:
+    return {"time": time, "reason": "PartitionConfig", "object": obj, "message": line}
+
+
+def test_partition_info_serves_a_recorded_scontrol_record() -> None:
+    info = _slurm([
+        _record("partition/long", "PartitionName=long AllowGroups=ALL Default=NO MaxNodes=8 MaxTime=1-00:00:00 State=UP",
+                "2026-01-01T00:00:00Z"),
+        # The latest record is what scontrol prints today.
+        _record("partition/long", "PartitionName=long AllowGroups=ALL Default=NO DefaultTime=04:00:00 MaxNodes=8 "
+                "MaxTime=2-00:00:00 State=UP TotalNodes=2"),
+    ])
+    out = info("long")
+    assert out.max_time == "2-00:00:00"
+    assert "MaxTime=2-00:00:00" in out.text and "DefaultTime=04:00:00" in out.text and "MaxNodes=8" in out.text
+
+
+@pytest.mark.parametrize("events", [
+    [],
+    # Another partition's record, or a message that is not scontrol's record, says nothing of this one.
+    [_record("partition/short", "PartitionName=short MaxTime=02:00:00 State=UP")],
+    [_record("partition/long", "partition long set to MaxTime=2-00:00:00 by admin")],
+    [_record("node/long", "PartitionName=long MaxTime=2-00:00:00 State=UP")],
+])
+def test_partition_info_without_a_record_invents_no_limit(events: list[dict[str, Any]]) -> None:
+    out = _slurm(events)("long")
+    assert out.max_time is None and "MaxTime" not in out.text
+
+
+def test_the_partitions_section_wins_over_a_record() -> None:
+    out = _slurm([_record("partition/long", "PartitionName=long MaxTime=2-00:00:00 State=UP")],
+                 [{"name": "long", "max_time": "7-00:00:00"}])("long")
+    assert out.max_time == "7-00:00:00"

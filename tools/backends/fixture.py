@@ -29,7 +29,8 @@ from crashcart.tools.catalog import (
 )
 from crashcart.tools.diskfree import parse_df
 from crashcart.tools.render import scheduler as render_scheduler
-from crashcart.tools.cluster import Cluster, Event, GpuSample, Job, Node, Taint
+from crashcart.tools.backends.slurm._parse import scontrol_record
+from crashcart.tools.cluster import Cluster, Event, GpuSample, Job, Node, Partition, Taint
 
 UNAVAILABLE = ("down", "drained", "draining", "not_ready", "cordoned")
 QUEUED = ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING")
@@ -236,11 +237,24 @@ class FixtureBackend(Backend):
         return self._node_rows(nodes, render.sinfo_lines(nodes), pinned=1)
 
     def _tool_partition_info(self, a: PartitionInput) -> PartitionOutput:
-        part = next((p for p in self.cluster.partitions if p.name == a.partition), None)
+        part = next((p for p in self.cluster.partitions if p.name == a.partition), None) \
+            or self._recorded_partition(a.partition)
         if part is None and not any(n.partition == a.partition for n in self.cluster.nodes):
             raise ToolError(f"partition {a.partition!r} is not known to this cluster")
         line = render.scontrol_partition_line(part, a.partition, self.cluster.nodes)
         return PartitionOutput(text=line, partition=a.partition, max_time=part.max_time if part else None)
+
+    def _recorded_partition(self, name: str) -> Partition | None:
+        """A partition the scenario recorded as scontrol printed it, among its events (object
+        partition/NAME, message `PartitionName=NAME ... MaxTime=...`), the latest record first."""
+        for e in sorted(self.cluster.events, key=lambda e: e.time, reverse=True):
+            kind, _, obj = e.object.partition("/")
+            if kind.lower() != "partition" or obj != name or not e.message.startswith(f"PartitionName={name} "):
+                continue
+            rec = scontrol_record(e.message)
+            return Partition(name=name, max_time=rec.get("MaxTime"), default_time=rec.get("DefaultTime"),
+                             max_nodes=rec.get("MaxNodes"), state=rec.get("State") or "UP")
+        return None
 
     def _tool_kubectl_get_nodes(self, a: SinfoInput) -> NodesOutput:
         nodes = self._nodes(a)
