@@ -86,3 +86,54 @@ def test_the_partitions_section_wins_over_a_record() -> None:
     out = _slurm([_record("partition/long", "PartitionName=long MaxTime=2-00:00:00 State=UP")],
                  [{"name": "long", "max_time": "7-00:00:00"}])("long")
     assert out.max_time == "7-00:00:00"
+
+
+# --- a job Slurm held after a failed launch ------------------------------------------------------
+
+@pytest.mark.parametrize("state, reason, held", [
+    ("PENDING", "launch failed requeued held", True),   # squeue
+    ("PENDING", "launch_failed_requeued_held", True),   # scontrol, spaces made underscores
+    ("REQUEUED", "launch failed requeued held", True),
+    ("PENDING", "JobHeldUser", False),                  # a person's hold
+    ("PENDING", "JobHeldAdmin", False),
+    ("PENDING", "Resources", False),
+    ("FAILED", "launch failed requeued held", False),   # no longer queued
+])
+def test_held_after_failed_launch(state: str, reason: str, held: bool) -> None:
+    from crashcart.tools.backends.base import held_after_failed_launch
+
+    assert held_after_failed_launch(state, reason) is held
+
+
+def _held_cluster(reason: str):
+    from crashcart.tools import REGISTRY
+    from crashcart.tools.backends.fixture import FixtureBackend
+    from crashcart.tools.cluster import Cluster
+
+    cluster = Cluster.model_validate({
+        "now": "2026-12-03T07:20:00Z",
+        "nodes": [{"name": n, "state": "idle", "partition": "p", "gpus": 8} for n in ("a1", "a2", "a3")],
+        "jobs": [{"id": "77", "state": "PENDING", "reason": reason, "partition": "p", "config": {"nodes": 2}}],
+    })
+    backend = FixtureBackend(cluster, "slurm")
+    spec = REGISTRY.get("resubmit")
+    return backend, lambda **args: backend.run(spec, spec.parse_args({"job": "77", "reason": "r", **args}))
+
+
+def test_fixture_releases_a_held_job_in_place() -> None:
+    backend, resubmit = _held_cluster("launch failed requeued held")
+    out = resubmit(exclude_nodes=["a1"])
+    assert out.new_job == "77" and "scontrol release 77" in out.message
+    assert [j.id for j in backend.cluster.jobs] == ["77"]
+    job = backend.cluster.jobs[0]
+    assert job.reason is None and job.config["exclude_nodes"] == ["a1"]
+
+
+@pytest.mark.parametrize("reason, args", [
+    ("launch failed requeued held", {"changes": {"nodes": 1}}),
+    ("JobHeldUser", {"exclude_nodes": ["a1"]}),
+])
+def test_fixture_copies_a_job_it_cannot_release(reason: str, args: dict[str, Any]) -> None:
+    backend, resubmit = _held_cluster(reason)
+    out = resubmit(**args)
+    assert out.new_job == "77-r1" and [j.id for j in backend.cluster.jobs] == ["77", "77-r1"]

@@ -18,7 +18,9 @@ from pydantic import BaseModel
 
 from crashcart.tools import render
 from crashcart.tools._spec import ALL_BACKENDS, ToolCall, ToolError, ToolInput, ToolSpec
-from crashcart.tools.backends.base import STUCK_PENDING_REASONS, ActionTarget, Backend, ClusterChanges, set_dotted
+from crashcart.tools.backends.base import (
+    STUCK_PENDING_REASONS, ActionTarget, Backend, ClusterChanges, held_after_failed_launch, set_dotted,
+)
 from crashcart.tools.catalog import (
     ActionOutput, CancelInput, ConfigOutput, DescribeInput, DiskOutput, DescribeOutput, EscalateInput, EventsInput,
     EventsOutput, GpuOutput, HistoryInput, JobInput, JobRow, JobsOutput, ListJobsInput, LogOutput,
@@ -465,6 +467,8 @@ class FixtureBackend(Backend):
             return ActionOutput(ok=True, message=f"Already submitted as {done} (request {a.request_id})", new_job=done)
         for name in a.exclude_nodes:
             self._node(name)
+        if self.kind == "slurm" and not a.changes and held_after_failed_launch(old.state, old.reason):
+            return self._release(old, a)
         config = copy.deepcopy(old.config)
         for key, value in a.changes.items():
             set_dotted(config, key, value)
@@ -494,6 +498,18 @@ class FixtureBackend(Backend):
             "ray": f"Job '{new.id}' submitted successfully",
         }[self.kind]
         return ActionOutput(ok=True, message=f"{message} (resubmit of {old.id}{details})", new_job=new.id)
+
+    def _release(self, job: Job, a: ResubmitInput) -> ActionOutput:
+        """The held job itself runs again (scontrol update ExcNodeList=..., scontrol release): no copy."""
+        excluded = list(dict.fromkeys([*job.config.get("exclude_nodes", []), *a.exclude_nodes]))
+        if excluded:
+            job.config["exclude_nodes"] = excluded
+        job.state, job.reason = "PENDING", None
+        if a.request_id:
+            self.requests[a.request_id] = job.id
+        where = f" ExcNodeList={render.compress_hostlist(excluded)}" if excluded else ""
+        return ActionOutput(ok=True, new_job=job.id, message=(
+            f"scontrol update JobId={job.id}{where}; scontrol release {job.id}: job {job.id} released"))
 
     def _tool_escalate(self, a: EscalateInput) -> ActionOutput:
         self.escalations.append({**a.model_dump(), "time": self.now()})
