@@ -164,14 +164,15 @@ def _is_running(ev: Evidence, job: str) -> bool:
 
 def plan_actions(match: LabelMatch | None, remedy_kind: str, ev: Evidence, root_node: str | None,
                  summary: str, evidence: list[str], backend: str = "slurm",
-                 remedy: Remedy | None = None) -> list[ToolCall]:
+                 remedy: Remedy | None = None, fixed_job: str | None = None) -> list[ToolCall]:
     """Write actions for one incident, in the order they should run. `remedy` replaces the
-    label's own when the diagnosis chose another (a storage fault scoped to one node)."""
+    label's own when the diagnosis chose another (a storage fault scoped to one node);
+    `fixed_job` is the job a config fix goes to when it is not the first focus job (an upstream)."""
     if match is None:
         return []
     remedy = remedy or match.entry.label.remedy
     jobs = ev.focus_jobs()
-    job = jobs[0] if jobs else None
+    job = fixed_job or (jobs[0] if jobs else None)
     why = f"crashcart: {match.name}: {summary}"[:500]
     calls: list[ToolCall] = []
 

@@ -137,3 +137,95 @@ def test_fixture_copies_a_job_it_cannot_release(reason: str, args: dict[str, Any
     backend, resubmit = _held_cluster(reason)
     out = resubmit(**args)
     assert out.new_job == "77-r1" and [j.id for j in backend.cluster.jobs] == ["77", "77-r1"]
+
+
+# --- the RDMA device a job's pods ask for -------------------------------------------------------
+
+T_RDMA = datetime(2026, 9, 19, 15, tzinfo=timezone.utc)
+NO_IB = ("host:61:134 [0] NCCL INFO NET/IB : No device found.\n"
+         "host:61:134 [0] NCCL INFO NET/Socket : Using [0]eth0:10.0.0.4<0>\n"
+         "host:61:134 [0] NCCL INFO Using network Socket\n")
+
+
+def _rdma_ev(config: dict[str, Any] | None, peers: list[dict[str, Any]] = (), log: str = NO_IB):
+    from crashcart.agent.policies.evidence import Evidence, JobFacts, TextDoc
+
+    ev = Evidence(now=T_RDMA, trigger={"kind": "chat", "job": "j1"})
+    ev.docs = [TextDoc("log", "job:j1", log.splitlines(), "get_logs:j1")]
+    ev.jobs = {"j1": JobFacts(job="j1", name="lora-a", user="ana", partition="nlp", state="Running",
+                              submit_time=datetime(2026, 9, 19, 9, tzinfo=timezone.utc))}
+    ev.configs = {"j1": config} if config is not None else {}
+    for p in peers:
+        facts = {"name": "lora-b", "user": "ana", "partition": "nlp", "state": "Succeeded",
+                 "end_time": datetime(2026, 8, 21, 16, tzinfo=timezone.utc), **p.get("facts", {})}
+        ev.jobs[p["id"]] = JobFacts(job=p["id"], **facts)
+        ev.configs[p["id"]] = p["config"]
+    return ev
+
+
+def _rdma_entry():
+    from crashcart.playbooks import load_playbooks
+
+    return next(e for e in load_playbooks() if e.name == "rdma_device_not_requested")
+
+
+def test_owner_good_runs_take_the_same_job_first_then_the_owners_jobs_in_the_namespace() -> None:
+    ev = _rdma_ev({"rdma_devices_per_pod": 0}, [
+        {"id": "other-ns", "config": {}, "facts": {"partition": "vision"}},
+        {"id": "other-user", "config": {}, "facts": {"user": "bo"}},
+        {"id": "failed", "config": {}, "facts": {"state": "Failed"}},
+        {"id": "after", "config": {}, "facts": {"end_time": datetime(2026, 9, 19, 12, tzinfo=timezone.utc)}},
+        {"id": "sibling", "config": {}},
+        {"id": "same-name", "config": {}, "facts": {"name": "lora-a", "end_time": datetime(2026, 7, 1, tzinfo=timezone.utc)}},
+    ])
+    assert ev.owner_good_runs("j1") == ["same-name", "sibling"]
+
+
+@pytest.mark.parametrize("peers, value", [
+    ([{"id": "p", "config": {"rdma_devices_per_pod": 1}}], 1),
+    # The value is read from whichever of the setting's keys the earlier run used.
+    ([{"id": "p", "config": {"resources": {"limits": {"rdma/hca_shared_devices_a": 2}}}}], 2),
+    ([{"id": "p", "config": {"rdma_devices_per_pod": 0}}], None),   # that run had none either
+    ([{"id": "p", "config": {}}], None),
+    ([], None),
+])
+def test_rdma_devices_come_from_a_run_that_had_them(peers: list[dict[str, Any]], value: Any) -> None:
+    from crashcart.agent.policies.computed import rdma_devices_of_good_run
+
+    assert rdma_devices_of_good_run(_rdma_ev({"rdma_devices_per_pod": 0}, peers), "j1", {}, None) == value
+
+
+@pytest.mark.parametrize("config, log, waits, matches", [
+    (None, NO_IB, True, False),                          # the log says it; the job's own request decides
+    ({"rdma_devices_per_pod": 0}, NO_IB, True, True),
+    ({"rdma_devices_per_pod": 1}, NO_IB, True, False),   # it asked for one: something else hides it
+    ({"other": 1}, NO_IB, True, False),
+    (None, "NCCL INFO Using network IB\n", False, False),  # nothing points at it: no config read
+])
+def test_the_rdma_label_reads_the_config_only_when_its_log_evidence_is_there(config, log, waits, matches) -> None:
+    from crashcart.agent.policies.matching import match_label, waits_for_config
+
+    ev = _rdma_ev(config, log=log)
+    entry = _rdma_entry()
+    assert (match_label(entry, ev) is not None) is matches
+    # Worth a job_config read whenever the log evidence is there (a read already made is not repeated).
+    assert waits_for_config(entry, ev) is waits
+
+
+# --- a fix goes to the upstream job that never starts -------------------------------------------
+
+@pytest.mark.parametrize("root, fixed", [
+    ("job:up", "up"),          # the root cause is the job the focus job waits on
+    ("job:other", "eval"),     # a job it does not wait on is no target
+    ("node:n1", "eval"),
+    (None, "eval"),
+])
+def test_the_fix_goes_to_the_upstream_job_the_diagnosis_names(root: str | None, fixed: str) -> None:
+    from crashcart.agent.policies.evidence import Evidence, JobFacts
+    from crashcart.agent.policies.playbook import PlaybookPolicy
+
+    ev = Evidence(now=T_RDMA, trigger={"kind": "job_pending", "job": "eval"})
+    ev.jobs = {"eval": JobFacts(job="eval", state="PENDING", reason="Dependency", depends_on=["up"]),
+               "up": JobFacts(job="up", state="PENDING", reason="PartitionTimeLimit"),
+               "other": JobFacts(job="other", state="PENDING")}
+    assert PlaybookPolicy._fixed_job(root, ev) == fixed
