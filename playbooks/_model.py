@@ -181,6 +181,7 @@ InvestigateTarget = Literal[
     "failed_peers",  # other jobs of the focus job's partition/namespace that failed in the last day
     "idle_gpu_nodes",  # GPU nodes the node listing shows in service with no running job holding GPUs
     "earlier_good_runs",  # earlier runs of the same job (same name and owner) that succeeded
+    "owner_good_runs",  # those, then the owner's other jobs of the same partition/namespace that succeeded
 ]
 
 StepCondition = Literal[
@@ -214,6 +215,7 @@ ComputedValue = Literal[
     "path_on_roomiest_disk",  # a spill/scratch path moved to the node's large empty local disk (df)
     "cpus_per_worker_that_fit",  # a Ray worker bundle's CPUs cut to what the GPU nodes have per GPU
     "toleration_for_blocking_taint",  # the toleration an earlier good run (or another replica) carries
+    "rdma_devices_of_good_run",  # the RDMA devices the owner's run that used IB on the same pool asked for
 ]
 
 

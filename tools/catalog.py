@@ -425,7 +425,9 @@ node_resume = tool(
 resubmit = tool(
     "resubmit", input=ResubmitInput, output=ActionOutput, effect="write",
     description="""Submit the job again from its latest checkpoint, with config `changes` applied
-    (dotted keys for nested values, e.g. env.NCCL_SOCKET_IFNAME) and never on `exclude_nodes`.""",
+    (dotted keys for nested values, e.g. env.NCCL_SOCKET_IFNAME) and never on `exclude_nodes`. A Slurm
+    job held after a failed launch ("launch failed requeued held") and given no `changes` is released
+    in place without those nodes (scontrol update ExcNodeList, scontrol release), not copied.""",
 )
 cancel_job = tool(
     "cancel_job", input=CancelInput, output=ActionOutput, effect="write",

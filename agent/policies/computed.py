@@ -281,6 +281,20 @@ def toleration_for_blocking_taint(ev: Evidence, job: str, captures: dict[str, st
     return fixed if fixed != current else None
 
 
+def rdma_devices_of_good_run(ev: Evidence, job: str, captures: dict[str, str], margin: float | None) -> Any:
+    """The RDMA devices the owner's run that succeeded in the same partition (namespace) asked for,
+    the job's own earlier runs first: a job that asks for none gets no verbs device in its pods and
+    NCCL falls back to sockets. None when no such run asked for one: how many devices (a shared
+    device, or one per NIC) a pool's pods take is the platform's to say, never a guess."""
+    keys = load_key_table().settings["rdma_devices"].keys
+    for run in ev.owner_good_runs(job):
+        earlier = ev.configs.get(run, {})
+        value = next((v for k in keys if (v := _config_value(earlier, k.key)) is not None), None)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 1:
+            return value
+    return None
+
+
 def path_on_roomiest_disk(ev: Evidence, job: str, captures: dict[str, str], margin: float | None) -> Any:
     """The job's spill/scratch path moved to the node's largest empty local disk (df): the same
     relative path under that disk's mount point. None unless that disk has several times the free
@@ -356,7 +370,7 @@ def _under(path: str, mount: str) -> bool:
 
 
 # Values only another run of the job (or another replica) can prove: never computable from a log.
-FROM_OTHER_RUNS = {"toleration_for_blocking_taint"}
+FROM_OTHER_RUNS = {"toleration_for_blocking_taint", "rdma_devices_of_good_run"}
 
 COMPUTE: dict[str, Callable[[Evidence, str, dict[str, str], float | None], Any]] = {
     "gpus_per_node": gpus_per_node,
@@ -369,4 +383,5 @@ COMPUTE: dict[str, Callable[[Evidence, str, dict[str, str], float | None], Any]]
     "path_on_roomiest_disk": path_on_roomiest_disk,
     "cpus_per_worker_that_fit": cpus_per_worker_that_fit,
     "toleration_for_blocking_taint": toleration_for_blocking_taint,
+    "rdma_devices_of_good_run": rdma_devices_of_good_run,
 }

@@ -167,6 +167,20 @@ class Evidence:
                 and (since is None or f.end_time <= since)]
         return [f.job for f in sorted(runs, key=lambda f: f.end_time, reverse=True)]
 
+    def owner_good_runs(self, job: str) -> list[str]:
+        """The job's earlier good runs, then its owner's other jobs of the same partition (namespace)
+        that succeeded before it was submitted, newest first: the owner's recipe that worked there."""
+        facts = self.jobs.get(job)
+        if not facts or not facts.user or not facts.partition:
+            return []
+        since = facts.submit_time or facts.start_time
+        same = self.earlier_good_runs(job)
+        runs = [f for j, f in self.jobs.items()
+                if j != job and j not in same and f.user == facts.user and f.partition == facts.partition
+                and f.state.upper().split(" ")[0] in SUCCEEDED_STATES and f.end_time is not None
+                and (since is None or f.end_time <= since)]
+        return same + [f.job for f in sorted(runs, key=lambda f: f.end_time, reverse=True)]
+
     def upstream_jobs(self) -> list[str]:
         ups: list[str] = []
         for j in self.focus_jobs():
@@ -295,11 +309,20 @@ def call_key(tool: str, args: dict[str, Any]) -> str:
     return tool + "(" + ",".join(f"{k}={args[k]}" for k in sorted(args)) + ")"
 
 
+# Kueue names the Workload of a job `<owner kind, lower case>-<owner name>-<5 hex of a hash>`
+# (jobframework's GetWorkloadNameForOwnerWithGVK): its events are about the job that owns it.
+_KUEUE_WORKLOAD = re.compile(
+    r"^(?:job|jobset|pytorchjob|tfjob|mpijob|xgboostjob|paddlejob|jaxjob|trainjob|rayjob|raycluster|pod|"
+    r"deployment|statefulset|leaderworkerset|appwrapper)-(?P<owner>.+)-[0-9a-f]{5}$")
+
+
 def _entity_of_object(obj: str, known_nodes: dict[str, Any]) -> str:
     kind, _, rest = obj.partition("/")
     name = rest.rsplit("/", 1)[-1] if rest else kind
     if kind.lower() == "node" or name in known_nodes:
         return f"node:{name}"
+    if kind.lower() == "workload" and (m := _KUEUE_WORKLOAD.match(name)):
+        return f"job:{m['owner']}"
     return f"job:{name}"
 
 

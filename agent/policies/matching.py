@@ -496,6 +496,22 @@ def match_label(entry: LabelEntry, ev: Evidence) -> LabelMatch | None:
     return LabelMatch(entry, hits, score, matched)
 
 
+def waits_for_config(entry: LabelEntry, ev: Evidence) -> bool:
+    """Every other required signal of the label is there and a test of the job's config decides
+    (zero RDMA devices asked for): the job's config is worth one read (a read made is not repeated)."""
+    if not any(s.where == "config" and s.required for s in entry.label.signals):
+        return False
+    confirmed = False
+    for idx, (sig, pattern) in enumerate(zip(entry.label.signals, entry.patterns)):
+        if sig.where == "config":
+            continue
+        found = signal_hits(idx, sig, pattern, ev)
+        if (sig.rules_out and found) or (sig.required and not found):
+            return False
+        confirmed = confirmed or (sig.required and bool(found))
+    return confirmed
+
+
 def near_miss(entry: LabelEntry, ev: Evidence) -> str | None:
     """Why a label that something pointed at did not match, or None if nothing pointed at it.
 

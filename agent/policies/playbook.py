@@ -18,7 +18,7 @@ from crashcart.agent.policies.capacity import demand_forecast, idle_gpus
 from crashcart.agent.policies.constraint import autoscaler_at_max, binding_constraint
 from crashcart.agent.policies.conditions import CONDITIONS, idle_gpu_nodes
 from crashcart.agent.policies.evidence import SUSPICIOUS, Evidence, RUNNING_STATES, build_evidence, call_key
-from crashcart.agent.policies.matching import LabelMatch, match_label, near_miss
+from crashcart.agent.policies.matching import LabelMatch, match_label, near_miss, waits_for_config
 from crashcart.agent.policies.remedy import captured_values, compute_changes, fallback_team, plan_actions
 from crashcart.agent.policies.scope import one_node
 from crashcart.agent.state import Diagnosis
@@ -69,6 +69,8 @@ class PlaybookPolicy:
                 wanted += [ToolCall(tool="list_jobs", args={"node": e[5:]}) for e in candidates[0].entities("node")[:2]]
             if not candidates and self._failed_focus(ev):
                 wanted += self._sweep(ev, backend)
+            if any(waits_for_config(entry, ev) for entry in self.kb):
+                wanted += [ToolCall(tool="job_config", args={"job": j}) for j in ev.focus_jobs()[:2]]
         fresh: list[ToolCall] = []
         for call in wanted:
             key = call_key(call.tool, call.args)
@@ -148,7 +150,9 @@ class PlaybookPolicy:
 
     def _steps(self, match: LabelMatch, ev: Evidence, backend: str) -> list[ToolCall]:
         calls: list[ToolCall] = []
-        jobs = ev.focus_jobs()
+        # A job the focus job waits on, where the label's evidence is, is looked at like the focus.
+        ups = ev.upstream_jobs()
+        jobs = ev.focus_jobs() + [e[4:] for e in match.entities("job") if e[4:] in ups]
         for step in match.entry.label.investigate:
             if step.when and not CONDITIONS[step.when](ev):
                 continue
@@ -169,6 +173,8 @@ class PlaybookPolicy:
                 targets = [{"node": n} for n in idle_gpu_nodes(ev)[:MAX_NODES_PER_STEP]]
             elif step.scope == "earlier_good_runs":
                 targets = [{"job": r} for j in jobs for r in ev.earlier_good_runs(j)[:1]]
+            elif step.scope == "owner_good_runs":
+                targets = [{"job": r} for j in jobs for r in ev.owner_good_runs(j)[:2]]
             elif step.scope == "failed_peers":
                 targets = [{"job": j} for j in ev.failed_peers()[:MAX_PEER_JOBS]]
             elif step.scope == "namespace":
@@ -268,10 +274,11 @@ class PlaybookPolicy:
                 signals.append(f"analysis#{chart['binds']}")
         changes: dict[str, Any] = {}
         remedy_kind = remedy.kind
-        if remedy.kind == "resubmit_with_changes" and ev.focus_jobs():
-            changes, notes = compute_changes(remedy, ev, ev.focus_jobs()[0], captured_values(best))
+        fixed_job = self._fixed_job(root, ev)
+        if remedy.kind == "resubmit_with_changes" and fixed_job:
+            changes, notes = compute_changes(remedy, ev, fixed_job, captured_values(best))
             if changes and label.job_when_fixed and not scope:
-                old_root, root = root, f"job:{ev.focus_jobs()[0]}"
+                old_root, root = root, f"job:{fixed_job}"
                 summary = summary.replace(f"{label.title} ({old_root or 'cause unknown'})", f"{label.title} ({root})", 1)
             if not changes:
                 # Resubmitting it unchanged would fail the same way: escalate with the evidence.
@@ -288,8 +295,18 @@ class PlaybookPolicy:
             retriable=label.retriable, evidence=evidence[:12], evidence_path=path, signals=signals, summary=summary,
             changes=changes, team=label.team, candidates=[m.name for m in candidates[1:6]], chart=chart,
         )
-        actions = plan_actions(best, remedy_kind, ev, root_node, summary, evidence, state.get("backend", "slurm"), remedy)
+        actions = plan_actions(best, remedy_kind, ev, root_node, summary, evidence, state.get("backend", "slurm"), remedy,
+                               fixed_job)
         return diagnosis, actions
+
+    @staticmethod
+    def _fixed_job(root: str | None, ev: Evidence) -> str | None:
+        """The job a config fix goes to: the job the incident is about, unless the root cause is a
+        job it waits on (its --dependency), which is then the one that never starts as it is."""
+        focus = ev.focus_jobs()
+        if root and root.startswith("job:") and root[4:] in ev.upstream_jobs() and root[4:] in ev.jobs:
+            return root[4:]
+        return focus[0] if focus else None
 
     def _root_cause(self, match: LabelMatch, ev: Evidence) -> str | None:
         kind = match.entry.label.root_cause

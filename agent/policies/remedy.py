@@ -14,6 +14,7 @@ from crashcart.agent.policies.evidence import Evidence, RUNNING_STATES
 from crashcart.agent.policies.matching import LabelMatch, _config_value
 from crashcart.playbooks._model import Change, Remedy
 from crashcart.tools._spec import ToolCall
+from crashcart.tools.backends.base import held_after_failed_launch
 
 ESCALATION_TEAM = {
     "escalate_hardware": "hardware", "escalate_user": "user", "escalate_credentials": "credentials",
@@ -150,6 +151,12 @@ def _is_queued(ev: Evidence, job: str) -> bool:
     return bool(facts and facts.state.upper() == "PENDING")
 
 
+def _is_held(ev: Evidence, job: str, backend: str) -> bool:
+    """Held by Slurm itself after its launch failed: releasing it runs it again."""
+    facts = ev.jobs.get(job)
+    return backend == "slurm" and bool(facts) and held_after_failed_launch(facts.state, facts.reason)
+
+
 def _is_running(ev: Evidence, job: str) -> bool:
     facts = ev.jobs.get(job)
     return bool(facts and facts.state.upper() in RUNNING_STATES)
@@ -157,20 +164,23 @@ def _is_running(ev: Evidence, job: str) -> bool:
 
 def plan_actions(match: LabelMatch | None, remedy_kind: str, ev: Evidence, root_node: str | None,
                  summary: str, evidence: list[str], backend: str = "slurm",
-                 remedy: Remedy | None = None) -> list[ToolCall]:
+                 remedy: Remedy | None = None, fixed_job: str | None = None) -> list[ToolCall]:
     """Write actions for one incident, in the order they should run. `remedy` replaces the
-    label's own when the diagnosis chose another (a storage fault scoped to one node)."""
+    label's own when the diagnosis chose another (a storage fault scoped to one node);
+    `fixed_job` is the job a config fix goes to when it is not the first focus job (an upstream)."""
     if match is None:
         return []
     remedy = remedy or match.entry.label.remedy
     jobs = ev.focus_jobs()
-    job = jobs[0] if jobs else None
+    job = fixed_job or (jobs[0] if jobs else None)
     why = f"crashcart: {match.name}: {summary}"[:500]
     calls: list[ToolCall] = []
 
     def resubmit(j: str, changes: dict[str, Any] | None = None, exclude: list[str] | None = None) -> None:
         evicted = exclude and backend != "slurm"
-        if (_is_running(ev, j) or _is_queued(ev, j)) and not evicted:
+        # Slurm releases a job it held after a failed launch (no copy), unless its config changes.
+        released = not changes and _is_held(ev, j, backend)
+        if (_is_running(ev, j) or _is_queued(ev, j)) and not evicted and not released:
             # Two copies of one training run would fight over its checkpoints. (On Kubernetes
             # and Ray, draining the node evicts the pods and the resubmit replaces the job.)
             calls.append(ToolCall(tool="cancel_job", args={"job": j, "reason": why}))
@@ -211,7 +221,8 @@ def plan_actions(match: LabelMatch | None, remedy_kind: str, ev: Evidence, root_
         victims = [j for j in jobs if j in ev.jobs] or ([job] if job else [])
         victims += [v for v in _co_victims(ev, root_node) if v not in victims]
         for v in victims:
-            if ev.jobs.get(v) and (ev.jobs[v].failed or _is_running(ev, v)):
+            # A job the node's failed launch left held in the queue is a victim too: it never ran.
+            if ev.jobs.get(v) and (ev.jobs[v].failed or _is_running(ev, v) or _is_held(ev, v, backend)):
                 resubmit(v, exclude=[root_node])
         escalate(remedy.escalate or match.entry.label.team or "hardware")
     elif remedy_kind in ESCALATION_TEAM:

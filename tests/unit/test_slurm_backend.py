@@ -259,3 +259,30 @@ def test_sacctmgr_and_sshare_are_read_parsable_and_typed():
     assert [(s.account, s.user, s.fairshare) for s in shares.shares] == [
         ("root", None, 1.0), ("speech", None, 0.46), ("speech", "ilaria", 0.41)]
     assert t.sent[-1][-2:] == ("-A", "speech")
+
+
+HELD = (SCONTROL.replace("JobState=FAILED Reason=NonZeroExitCode", "JobState=PENDING Reason=launch_failed_requeued_held")
+        .replace("Restarts=0", "Restarts=1 ExcNodeList=gpu-b08"))
+
+
+@pytest.mark.parametrize("reason, changes, released", [
+    ("launch_failed_requeued_held", {}, True),
+    # A config change needs the script again: a copy (the planner cancels the held one first).
+    ("launch_failed_requeued_held", {"batch_size": 8}, False),
+    # A person's hold is theirs to lift.
+    ("JobHeldUser", {}, False),
+])
+def test_a_job_held_after_a_failed_launch_is_released_not_copied(reason, changes, released):
+    line = HELD.replace("launch_failed_requeued_held", reason)
+    t = cluster((("scontrol", "show", "job", "-o", "48213"), line + "\n"), (("scontrol", "release"), ""))
+    out = backend(t).run(REGISTRY.get("resubmit"), {
+        "job": "48213", "reason": "prolog failed on gpu-b06", "exclude_nodes": ["gpu-b06"], "changes": changes})
+    sbatch = [a for a in t.sent if "sbatch" in a]
+    if released:
+        # The nodes it already excluded stay excluded.
+        assert ("scontrol", "update", "JobId=48213", "ExcNodeList=gpu-b[06,08]") in t.sent
+        assert ("scontrol", "release", "48213") in t.sent
+        assert out.new_job == "48213" and not sbatch and "released" in out.message
+    else:
+        assert sbatch and out.new_job == "48250"
+        assert ("scontrol", "release", "48213") not in t.sent

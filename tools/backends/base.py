@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import re
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -83,6 +84,18 @@ STUCK_PENDING_REASONS = frozenset({
     "PartitionNodeLimit", "PartitionDown", "ReqNodeNotAvail", "BadConstraints",
     "ImagePullBackOff", "ErrImagePull", "CreateContainerConfigError",
 })
+
+# slurmctld's own words for a batch job it requeued and held because its launch failed (a node's
+# prolog failed, a node did not boot): squeue prints them with spaces, scontrol with underscores.
+# A hold a person set (JobHeldUser, JobHeldAdmin, `scontrol requeuehold`) is not this.
+_HELD_AFTER_FAILED_LAUNCH = re.compile(r"^launch[ _]failed[ _]requeued[ _]held$", re.I)
+
+
+def held_after_failed_launch(state: str | None, reason: str | None) -> bool:
+    """A job still queued that Slurm itself held after a failed launch: releasing it (without the
+    node that failed it) runs the same job again, so it needs no copy."""
+    return (state or "").upper().split(" ")[0] in {"PENDING", "REQUEUED", "REQUEUE_HOLD"} \
+        and bool(_HELD_AFTER_FAILED_LAUNCH.match((reason or "").strip()))
 
 
 def set_dotted(config: dict, key: str, value: object) -> None:

@@ -18,7 +18,9 @@ from pydantic import BaseModel
 
 from crashcart.tools import render
 from crashcart.tools._spec import ALL_BACKENDS, ToolCall, ToolError, ToolInput, ToolSpec
-from crashcart.tools.backends.base import STUCK_PENDING_REASONS, ActionTarget, Backend, ClusterChanges, set_dotted
+from crashcart.tools.backends.base import (
+    STUCK_PENDING_REASONS, ActionTarget, Backend, ClusterChanges, held_after_failed_launch, set_dotted,
+)
 from crashcart.tools.catalog import (
     ActionOutput, CancelInput, ConfigOutput, DescribeInput, DiskOutput, DescribeOutput, EscalateInput, EventsInput,
     EventsOutput, GpuOutput, HistoryInput, JobInput, JobRow, JobsOutput, ListJobsInput, LogOutput,
@@ -29,7 +31,8 @@ from crashcart.tools.catalog import (
 )
 from crashcart.tools.diskfree import parse_df
 from crashcart.tools.render import scheduler as render_scheduler
-from crashcart.tools.cluster import Cluster, Event, GpuSample, Job, Node, Taint
+from crashcart.tools.backends.slurm._parse import scontrol_record
+from crashcart.tools.cluster import Cluster, Event, GpuSample, Job, Node, Partition, Taint
 
 UNAVAILABLE = ("down", "drained", "draining", "not_ready", "cordoned")
 QUEUED = ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING")
@@ -236,11 +239,24 @@ class FixtureBackend(Backend):
         return self._node_rows(nodes, render.sinfo_lines(nodes), pinned=1)
 
     def _tool_partition_info(self, a: PartitionInput) -> PartitionOutput:
-        part = next((p for p in self.cluster.partitions if p.name == a.partition), None)
+        part = next((p for p in self.cluster.partitions if p.name == a.partition), None) \
+            or self._recorded_partition(a.partition)
         if part is None and not any(n.partition == a.partition for n in self.cluster.nodes):
             raise ToolError(f"partition {a.partition!r} is not known to this cluster")
         line = render.scontrol_partition_line(part, a.partition, self.cluster.nodes)
         return PartitionOutput(text=line, partition=a.partition, max_time=part.max_time if part else None)
+
+    def _recorded_partition(self, name: str) -> Partition | None:
+        """A partition the scenario recorded as scontrol printed it, among its events (object
+        partition/NAME, message `PartitionName=NAME ... MaxTime=...`), the latest record first."""
+        for e in sorted(self.cluster.events, key=lambda e: e.time, reverse=True):
+            kind, _, obj = e.object.partition("/")
+            if kind.lower() != "partition" or obj != name or not e.message.startswith(f"PartitionName={name} "):
+                continue
+            rec = scontrol_record(e.message)
+            return Partition(name=name, max_time=rec.get("MaxTime"), default_time=rec.get("DefaultTime"),
+                             max_nodes=rec.get("MaxNodes"), state=rec.get("State") or "UP")
+        return None
 
     def _tool_kubectl_get_nodes(self, a: SinfoInput) -> NodesOutput:
         nodes = self._nodes(a)
@@ -451,6 +467,8 @@ class FixtureBackend(Backend):
             return ActionOutput(ok=True, message=f"Already submitted as {done} (request {a.request_id})", new_job=done)
         for name in a.exclude_nodes:
             self._node(name)
+        if self.kind == "slurm" and not a.changes and held_after_failed_launch(old.state, old.reason):
+            return self._release(old, a)
         config = copy.deepcopy(old.config)
         for key, value in a.changes.items():
             set_dotted(config, key, value)
@@ -480,6 +498,18 @@ class FixtureBackend(Backend):
             "ray": f"Job '{new.id}' submitted successfully",
         }[self.kind]
         return ActionOutput(ok=True, message=f"{message} (resubmit of {old.id}{details})", new_job=new.id)
+
+    def _release(self, job: Job, a: ResubmitInput) -> ActionOutput:
+        """The held job itself runs again (scontrol update ExcNodeList=..., scontrol release): no copy."""
+        excluded = list(dict.fromkeys([*job.config.get("exclude_nodes", []), *a.exclude_nodes]))
+        if excluded:
+            job.config["exclude_nodes"] = excluded
+        job.state, job.reason = "PENDING", None
+        if a.request_id:
+            self.requests[a.request_id] = job.id
+        where = f" ExcNodeList={render.compress_hostlist(excluded)}" if excluded else ""
+        return ActionOutput(ok=True, new_job=job.id, message=(
+            f"scontrol update JobId={job.id}{where}; scontrol release {job.id}: job {job.id} released"))
 
     def _tool_escalate(self, a: EscalateInput) -> ActionOutput:
         self.escalations.append({**a.model_dump(), "time": self.now()})

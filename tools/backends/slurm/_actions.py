@@ -5,7 +5,9 @@
 - resubmit: the job's own batch script (`scontrol write batch_script`, else the script
   file it was submitted from) submitted again with its original sbatch options and the
   changes applied; the new job's comment names the job it replaces, which is how
-  job_history and the restart budget find earlier attempts.
+  job_history and the restart budget find earlier attempts. A job slurmctld requeued and
+  held after a failed launch, resubmitted without changes, is released instead
+  (`scontrol update JobId=X ExcNodeList=...`, `scontrol release X`): it is still queued.
 - cancel_job: scancel. escalate / notify: recorded and returned; delivering them is
   the notifier's job, not the backend's.
 """
@@ -22,7 +24,9 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from crashcart.tools._spec import ToolCall, ToolError
-from crashcart.tools.backends.base import ActionTarget, PeopleActions, current_incident, set_dotted
+from crashcart.tools.backends.base import (
+    ActionTarget, PeopleActions, current_incident, held_after_failed_launch, set_dotted,
+)
 from crashcart.tools.backends.slurm._parse import ACTIVE, UNAVAILABLE, nodes_of
 from crashcart.tools.backends.slurm._submit import export_option, render_options, set_args
 from crashcart.tools.catalog import ActionOutput, CancelInput, NodeWriteInput, ResubmitInput
@@ -91,7 +95,10 @@ class Actions(PeopleActions):
             # The same request again (crashcart restarted mid-action): answer, don't submit twice.
             return ActionOutput(ok=True, new_job=done,
                                 message=f"Already submitted as {done} (request {a.request_id})")
-        info = self._with_submit_line(self.b.job(a.job))
+        held = self.b.job(a.job)
+        if not a.changes and held.live and held_after_failed_launch(held.row.state, held.row.reason):
+            return self._release(held.row.job, a)
+        info = self._with_submit_line(held)
         sub = info.submitted()
         script = self._script(info, sub.script)
         env = {k[4:]: v for k, v in a.changes.items() if k.startswith("env.")}
@@ -132,6 +139,22 @@ class Actions(PeopleActions):
                            f"; excluding {','.join(excluded)}" if excluded else ""])
         return ActionOutput(ok=True, new_job=new_id,
                             message=f"Submitted batch job {new_id} (resubmit of {info.row.job}{details}; script {path})")
+
+    def _release(self, job: str, a: ResubmitInput) -> ActionOutput:
+        """A job slurmctld requeued and held after its launch failed runs again as itself: its
+        excluded nodes updated, then released. A copy would leave the held one to start too."""
+        rec = self.b.live_job(job) or {}
+        excluded = list(dict.fromkeys([*nodes_of(rec.get("ExcNodeList")), *a.exclude_nodes]))
+        update = ""
+        if excluded:
+            update = f"ExcNodeList={compress_hostlist(excluded)}"
+            self.b.cli.run(["scontrol", "update", f"JobId={job}", update])
+        # Releasing a job that is no longer held is a no-op for slurmctld, so a retry is safe.
+        self.b.cli.run(["scontrol", "release", job])
+        self.b.forget()
+        return ActionOutput(ok=True, new_job=job, message=(
+            f"{f'scontrol update JobId={job} {update}; ' if update else ''}scontrol release {job}: "
+            f"job {job} (held after a failed launch) released"))
 
     def _with_submit_line(self, info: JobInfo) -> JobInfo:
         """Accounting writes a job's submit line seconds after slurmctld knows the job."""
