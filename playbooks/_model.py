@@ -109,7 +109,8 @@ class Signal(Strict):
     exceeds_job: Literal["nodes", "gpus", "gpus_per_node"] | None = None
     """Text signals: the match counts only when its named group `count` (times the group `per`,
     when the pattern has one) is more than the job was given of this: a launcher asking for
-    4 nodes x 8 processes inside a 24-GPU allocation can never assemble."""
+    4 nodes x 8 processes inside a 24-GPU allocation can never assemble. A zero-based group
+    `index` (a failing local rank) asks for index + 1 of them."""
     covers: Arithmetic | None = None
     """Text signals: read the message's own arithmetic (PyTorch's OOM: free plus reserved-but-
     unallocated covers the request means fragmentation, not a batch too big)."""
@@ -158,8 +159,8 @@ class Signal(Strict):
         if self.where == "config" and not self.config_key:
             raise ValueError("a config signal needs config_key")
         if self.exceeds_job and self.where != "config" and (
-                self.where not in text_sources or "(?P<count>" not in (self.pattern or "")):
-            raise ValueError("exceeds_job needs a config signal, or a text signal whose pattern has a named group `count`")
+                self.where not in text_sources or not re.search(r"\(\?P<(count|index)>", self.pattern or "")):
+            raise ValueError("exceeds_job needs a config signal, or a text signal whose pattern has a named group `count` (or `index`)")
         if self.largest_share and (self.where not in text_sources or "(?P<count>" not in (self.pattern or "")):
             raise ValueError("largest_share needs a text signal whose pattern has a named group `count`")
         if self.covers:

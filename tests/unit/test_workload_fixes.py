@@ -1,0 +1,70 @@
+"""Kubernetes workload fixes computed from the evidence: processes per pod from the GPUs the pods
+were given (a PyTorchJob's nprocPerNode is a string), and a workload its owner deleted is no fault."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+import pytest
+
+from crashcart.agent.policies.evidence import Evidence, JobFacts, TextDoc
+from crashcart.agent.policies.matching import match_label
+from crashcart.playbooks import load_playbooks
+
+T0 = datetime(2026, 6, 1, tzinfo=timezone.utc)
+KB = load_playbooks()
+
+ROOT_CAUSE = """[rank{r}]: RuntimeError: CUDA error: invalid device ordinal
+E0601 10:00:12.330000 77 torch/distributed/elastic/multiprocessing/api.py:862] failed (exitcode: 1) local_rank: {lr} (pid: 56) of binary: /usr/bin/python3
+torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
+Root Cause (first observed failure):
+[0]:
+  time      : 2026-06-01_10:00:12
+  host      : train-worker-1
+  rank      : {r} (local_rank: {lr})
+  exitcode  : 1 (pid: 56)
+"""
+
+
+def _ev(log: str = "", config: dict | None = None, events: list[str] | None = None,
+        trigger_text: str = "", **facts) -> Evidence:
+    ev = Evidence(now=T0, trigger={"kind": "job_failed", "job": "j1", "text": trigger_text})
+    ev.docs = [TextDoc("log", "job:j1", log.splitlines(), "get_logs:j1")] if log else []
+    ev.docs += [TextDoc("events", "job:j1", [e], "kubectl_events:j1") for e in events or []]
+    ev.configs = {"j1": config or {}}
+    ev.jobs = {"j1": JobFacts(job="j1", **{"state": "Failed", **facts})}
+    return ev
+
+
+@pytest.mark.parametrize("local_rank, nodes, gpus, fires", [
+    (4, ["a", "b"], 8, True),    # 4 GPUs per pod, a local rank 4 means a fifth process
+    (3, ["a", "b"], 8, False),   # local rank 3 fits in 4 GPUs: the ordinal error is something else
+    (6, ["a"], 8, False),        # one pod with 8 GPUs holds local rank 6
+])
+def test_a_failing_local_rank_beyond_the_pods_gpus_means_too_many_processes(local_rank, nodes, gpus, fires):
+    ev = _ev(ROOT_CAUSE.format(r=local_rank + 4, lr=local_rank), nodes=nodes, gpus=gpus)
+    assert (match_label(KB["launch_exceeds_gpus_per_node"], ev) is not None) is fires
+
+
+@pytest.mark.parametrize("nproc, fires", [("8", True), (" 4 ", False), ("auto", False), (8, True)])
+def test_a_pytorchjobs_string_nproc_is_read_as_a_count(nproc, fires):
+    ev = _ev("RuntimeError: CUDA error: invalid device ordinal", {"nprocPerNode": nproc}, nodes=["a", "b"], gpus=8)
+    assert (match_label(KB["launch_exceeds_gpus_per_node"], ev) is not None) is fires
+
+
+DELETED = ["Normal SuccessfulDeletePod: Deleted pod: j1-worker-0", "Normal Killing: Stopping container pytorch"]
+SIGTERM = "W0601 torch/distributed/elastic/agent/server/api.py:704] Received Signals.SIGTERM death signal, shutting down workers"
+
+
+@pytest.mark.parametrize("events, text, fires", [
+    (DELETED + ["Normal Deleted: kubectl delete pytorchjob j1 -n ml (user: a@b.c, userAgent: kubectl/v1.30.5)"], "", True),
+    (DELETED, "ack - I deleted it on purpose, bad shard", True),
+    (DELETED, "we kubectl-deleted the job intentionally", True),
+    (DELETED, "did someone delete my job?", False),           # a question is no owner's word
+    (["Normal Killing: Stopping container pytorch"], "", False),  # nobody says who stopped it
+    (DELETED + ["Warning BackoffLimitExceeded: Job has reached the specified backoff limit"],
+     "I deleted it on purpose", False),                        # it had failed already
+])
+def test_a_workload_is_owner_deleted_only_when_someone_says_so_and_nothing_failed(events, text, fires):
+    ev = _ev(SIGTERM, events=events, trigger_text=text, state="Terminating")
+    assert (match_label(KB["workload_deleted_by_owner"], ev) is not None) is fires
