@@ -212,6 +212,8 @@ ComputedValue = Literal[
     "path_on_roomiest_disk",  # a spill/scratch path moved to the node's large empty local disk (df)
     "cpus_per_worker_that_fit",  # a Ray worker bundle's CPUs cut to what the GPU nodes have per GPU
     "toleration_for_blocking_taint",  # the toleration an earlier good run (or another replica) carries
+    "port_the_container_serves",  # the one port the container's log says it listens on
+    "probe_delay_from_startup",  # a probe delay above the server's observed start (load bar, earlier attempt)
 ]
 
 

@@ -13,6 +13,7 @@ from typing import Any, Callable
 from crashcart.agent.policies.config_keys import load_key_table, parse_duration, parse_size
 from crashcart.agent.policies.evidence import Evidence
 from crashcart.agent.policies.matching import _config_value
+from crashcart.agent.policies.probes import port_the_container_serves, probe_delay_from_startup
 
 # How alike a selector value and a node's label value must be to call the difference a typo
 # ("gpu-h100-ondemand" for "gpu-h100-on-demand"), not another product or pool.
@@ -396,4 +397,6 @@ COMPUTE: dict[str, Callable[[Evidence, str, dict[str, str], float | None], Any]]
     "path_on_roomiest_disk": path_on_roomiest_disk,
     "cpus_per_worker_that_fit": cpus_per_worker_that_fit,
     "toleration_for_blocking_taint": toleration_for_blocking_taint,
+    "port_the_container_serves": port_the_container_serves,
+    "probe_delay_from_startup": probe_delay_from_startup,
 }
