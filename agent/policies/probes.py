@@ -19,7 +19,7 @@ from crashcart.agent.policies.matching import _config_value
 # The lines servers print once they accept connections: Uvicorn, Flask/Werkzeug, gunicorn,
 # Go's and Node's usual "listening on :8080", TorchServe/Triton's "Started ... at 0.0.0.0:8000".
 _LISTENING = re.compile(
-    r"(?:Uvicorn running on|\bRunning on|[Ll]istening (?:on|at)|[Ss]erving (?:\w+ )?(?:on|at)|Started \w+(?: \w+)? (?:on|at)"
+    r"(?:Uvicorn running on|\bRunning on|[Ll]istening (?:on|at):?|[Ss]erving (?:\w+ )?(?:on|at)|Started \w+(?: \w+)? (?:on|at)"
     r"|Started (?:HTTP|GRPC|gRPC|Metrics)Service at)\s+(?:(?:https?|tcp)://)?[\w.\-\[\]]*:(?P<port>\d{2,5})\b"
     r"|\b(?:listening|serving|server (?:started|running|listening)) on port (?P<port2>\d{2,5})\b",
     re.I,
