@@ -179,6 +179,7 @@ InvestigateTarget = Literal[
     "failed_peers",  # other jobs of the focus job's partition/namespace that failed in the last day
     "idle_gpu_nodes",  # GPU nodes the node listing shows in service with no running job holding GPUs
     "earlier_good_runs",  # earlier runs of the same job (same name and owner) that succeeded
+    "running_peers",  # other jobs of the focus job's partition/namespace running now, its owner's first
 ]
 
 StepCondition = Literal[
@@ -214,6 +215,7 @@ ComputedValue = Literal[
     "toleration_for_blocking_taint",  # the toleration an earlier good run (or another replica) carries
     "port_the_container_serves",  # the one port the container's log says it listens on
     "probe_delay_from_startup",  # a probe delay above the server's observed start (load bar, earlier attempt)
+    "storage_class_that_exists",  # a claim's missing StorageClass replaced by the one running peers bind the same claim with
 ]
 
 

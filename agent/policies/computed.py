@@ -14,6 +14,7 @@ from crashcart.agent.policies.config_keys import load_key_table, parse_duration,
 from crashcart.agent.policies.evidence import Evidence
 from crashcart.agent.policies.matching import _config_value
 from crashcart.agent.policies.probes import port_the_container_serves, probe_delay_from_startup
+from crashcart.agent.policies.storage_class import storage_class_that_exists
 
 # How alike a selector value and a node's label value must be to call the difference a typo
 # ("gpu-h100-ondemand" for "gpu-h100-on-demand"), not another product or pool.
@@ -399,4 +400,5 @@ COMPUTE: dict[str, Callable[[Evidence, str, dict[str, str], float | None], Any]]
     "toleration_for_blocking_taint": toleration_for_blocking_taint,
     "port_the_container_serves": port_the_container_serves,
     "probe_delay_from_startup": probe_delay_from_startup,
+    "storage_class_that_exists": storage_class_that_exists,
 }

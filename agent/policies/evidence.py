@@ -186,6 +186,16 @@ class Evidence:
         ]
         return [f.job for f in sorted(peers, key=lambda f: f.end_time, reverse=True)]
 
+    def running_peers(self) -> list[str]:
+        """Other jobs of the focus jobs' partitions (namespaces) running now, the same owner's first:
+        what they run with (a storage class, a bound claim) exists on this cluster."""
+        focus = self.focus_jobs()
+        owners = {self.jobs[j].user for j in focus if j in self.jobs}
+        partitions = {self.jobs[j].partition for j in focus if j in self.jobs and self.jobs[j].partition}
+        peers = [f for j, f in self.jobs.items()
+                 if j not in focus and f.partition in partitions and f.state.upper() in RUNNING_STATES]
+        return [f.job for f in sorted(peers, key=lambda f: (f.user not in owners, f.job))]
+
     def focus_window(self) -> tuple[datetime | None, datetime | None]:
         """From the first start to the last end among the focus jobs and their attempts."""
         starts, ends = [], []
