@@ -68,3 +68,34 @@ SIGTERM = "W0601 torch/distributed/elastic/agent/server/api.py:704] Received Sig
 def test_a_workload_is_owner_deleted_only_when_someone_says_so_and_nothing_failed(events, text, fires):
     ev = _ev(SIGTERM, events=events, trigger_text=text, state="Terminating")
     assert (match_label(KB["workload_deleted_by_owner"], ev) is not None) is fires
+
+
+# --- a missing StorageClass replaced by one that exists ------------------------------------------
+
+def _claim_ev(peer_classes: list[str], own_claim: str = "ckpt", peer_states: str = "RUNNING") -> Evidence:
+    ev = _ev(events=['Warning ProvisioningFailed: storageclass.storage.k8s.io "gp3-fast" not found'],
+             config={"volumeClaimTemplates": {own_claim: {"storageClassName": "gp3-fast",
+                                                          "resources": {"requests": {"storage": "2Ti"}}}}},
+             state="Pending", partition="nlp", user="ana")
+    for i, cls in enumerate(peer_classes):
+        ev.jobs[f"p{i}"] = JobFacts(job=f"p{i}", state=peer_states, partition="nlp", user="bo")
+        ev.configs[f"p{i}"] = {"volumeClaimTemplates": {"ckpt": {"storageClassName": cls}}}
+    return ev
+
+
+@pytest.mark.parametrize("peers, claim, state, expected", [
+    (["gp3"], "ckpt", "RUNNING", "gp3"),
+    (["gp3", "gp3"], "ckpt", "RUNNING", "gp3"),
+    (["gp3", "io2"], "ckpt", "RUNNING", None),      # peers disagree: the owner picks
+    (["gp3"], "scratch", "RUNNING", None),          # no peer has a claim of that name
+    (["gp3"], "ckpt", "FAILED", None),              # a failed job's class proves nothing
+    ([], "ckpt", "RUNNING", None),
+])
+def test_the_class_running_peers_bind_the_same_claim_with_replaces_the_missing_one(peers, claim, state, expected):
+    from crashcart.agent.policies.storage_class import storage_class_that_exists
+
+    fixed = storage_class_that_exists(_claim_ev(peers, claim, state), "j1", {}, None)
+    if expected is None:
+        assert fixed is None
+    else:
+        assert fixed == {"ckpt": {"storageClassName": expected, "resources": {"requests": {"storage": "2Ti"}}}}
