@@ -216,6 +216,7 @@ ComputedValue = Literal[
     "port_the_container_serves",  # the one port the container's log says it listens on
     "probe_delay_from_startup",  # a probe delay above the server's observed start (load bar, earlier attempt)
     "storage_class_that_exists",  # a claim's missing StorageClass replaced by the one running peers bind the same claim with
+    "image_the_driver_supports",  # an image whose CUDA is newer than the driver's, replaced by a known-good one that fits
 ]
 
 

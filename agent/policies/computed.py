@@ -14,6 +14,7 @@ from crashcart.agent.policies.config_keys import load_key_table, parse_duration,
 from crashcart.agent.policies.evidence import Evidence
 from crashcart.agent.policies.matching import _config_value
 from crashcart.agent.policies.probes import port_the_container_serves, probe_delay_from_startup
+from crashcart.agent.policies.image_cuda import image_the_driver_supports
 from crashcart.agent.policies.storage_class import storage_class_that_exists
 
 # How alike a selector value and a node's label value must be to call the difference a typo
@@ -401,4 +402,5 @@ COMPUTE: dict[str, Callable[[Evidence, str, dict[str, str], float | None], Any]]
     "port_the_container_serves": port_the_container_serves,
     "probe_delay_from_startup": probe_delay_from_startup,
     "storage_class_that_exists": storage_class_that_exists,
+    "image_the_driver_supports": image_the_driver_supports,
 }
