@@ -99,3 +99,33 @@ def test_the_class_running_peers_bind_the_same_claim_with_replaces_the_missing_o
         assert fixed is None
     else:
         assert fixed == {"ckpt": {"storageClassName": expected, "resources": {"requests": {"storage": "2Ti"}}}}
+
+
+# --- an image built for a newer CUDA than the driver --------------------------------------------
+
+@pytest.mark.parametrize("image, cuda", [
+    ("rayproject/ray-ml:2.40.0-py311-cu124", (12, 4)), ("pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime", (12, 4)),
+    ("nvcr.io/nvidia/cuda:11.8.0-base", None), ("nvcr.io/nvidia/pytorch:24.10-py3", None),
+    ("ghcr.io/lab/train:cu118", (11, 8)), ("registry:5000/cu124/train:latest", None),  # the tag, not the path
+])
+def test_an_images_cuda_is_read_from_its_tag(image, cuda):
+    from crashcart.agent.policies.image_cuda import image_cuda
+
+    assert image_cuda(image) == cuda
+
+
+TOO_OLD = "RuntimeError: The NVIDIA driver on your system is too old (found version 12020). Please update your GPU driver"
+
+
+@pytest.mark.parametrize("peer_image, expected", [
+    ("rayproject/ray-ml:2.34.0-py311-cu121", "rayproject/ray-ml:2.34.0-py311-cu121"),
+    ("rayproject/ray-ml:2.38.0-py311-cu123", None),   # newer than the driver's 12.2 as well
+    ("acme/ray-ml:2.34.0-cu121", None),               # another repository: no proof for this one
+])
+def test_the_image_goes_back_to_a_build_of_its_repository_known_to_run_here(peer_image, expected):
+    from crashcart.agent.policies.image_cuda import image_the_driver_supports
+
+    ev = _ev(TOO_OLD, {"image": "rayproject/ray-ml:2.40.0-py311-cu124"}, partition="nlp", user="ana")
+    ev.jobs["p1"] = JobFacts(job="p1", state="RUNNING", partition="nlp", user="bo")
+    ev.configs["p1"] = {"image": peer_image}
+    assert image_the_driver_supports(ev, "j1", {}, None) == expected
