@@ -269,9 +269,21 @@ class OneNode(Strict):
     """A kernel-log regex for the client dying on the node itself (its FUSE daemon killed, its
     mount thrown out): on exactly one of the jobs' nodes, with jobs elsewhere fine, it scopes the
     error to that node even when only one job saw it."""
+    client_lost: str | None = None
+    """A kernel-log regex for a client losing its server (named group `server`: "nfs: server X
+    not responding"). Alone it proves nothing (every client of a failing server says it), so it
+    scopes to a node only when it is that node's alone among a failed job's several nodes (which
+    mount the same share), never followed there by the server's "OK", and jobs elsewhere ran fine."""
     remedy: Remedy
 
     _compiles = field_validator("node_evidence")(lambda v: _compiled(v, "node_evidence"))
+    _client_lost_compiles = field_validator("client_lost")(lambda v: _compiled(v, "client_lost"))
+
+    @model_validator(mode="after")
+    def _names_the_server(self) -> OneNode:
+        if self.client_lost and "(?P<server>" not in self.client_lost:
+            raise ValueError("client_lost needs a named group `server`")
+        return self
 
 
 class Label(Strict):
