@@ -129,3 +129,27 @@ def test_the_image_goes_back_to_a_build_of_its_repository_known_to_run_here(peer
     ev.jobs["p1"] = JobFacts(job="p1", state="RUNNING", partition="nlp", user="bo")
     ev.configs["p1"] = {"image": peer_image}
     assert image_the_driver_supports(ev, "j1", {}, None) == expected
+
+
+# --- one node's NFS client that lost its server ---------------------------------------------------
+
+LOST = "[Thu Aug 21 06:02:51 2026] nfs: server nas02 not responding, still trying"
+
+
+@pytest.mark.parametrize("logs, scoped", [
+    ({"a": "", "b": "", "c": LOST}, "c"),
+    ({"a": "", "b": "", "c": LOST + "\n[Thu Aug 21 06:31:12 2026] nfs: server nas02 OK"}, None),  # it recovered
+    ({"a": LOST, "b": "", "c": LOST}, None),                      # two clients: the server
+    ({"a": "", "b": "nfs: server nas02 OK", "c": LOST}, None),    # another client saw the same server falter
+    ({"c": LOST}, None),                                          # no other node of the job was read
+])
+def test_an_nfs_client_is_the_nodes_fault_only_when_it_alone_lost_the_server(logs, scoped):
+    from datetime import timedelta
+
+    from crashcart.agent.policies.scope import _client_alone
+
+    ev = _ev(state="FAILED", nodes=["a", "b", "c"], partition="p", start_time=T0 - timedelta(hours=5), end_time=T0)
+    ev.docs += [TextDoc("kernel_log", f"node:{n}", text.splitlines(), f"kernel_log:{n}") for n, text in logs.items()]
+    ev.jobs["peer"] = JobFacts(job="peer", state="RUNNING", partition="p", nodes=["d"], start_time=T0 - timedelta(hours=8))
+    found = _client_alone(r"nfs: server (?P<server>\S+) not responding", ev)
+    assert (found.node if found else None) == scoped
