@@ -96,7 +96,8 @@ class JobFacts:
 
     @property
     def failed(self) -> bool:
-        return self.state.upper().split()[0] in FAILED_STATES if self.state else False
+        # kubectl shows a pod whose init container fails as "Init:Error" / "Init:CrashLoopBackOff".
+        return self.state.upper().split()[0].removeprefix("INIT:") in FAILED_STATES if self.state else False
 
 
 @dataclass
