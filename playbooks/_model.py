@@ -126,6 +126,7 @@ class Signal(Strict):
     the events this regex matches, and no older than the focus jobs' end (a node condition that
     has cleared since it was raised, after the failure)."""
     config_key: str | None = None
+    """config: the setting (or literal key) read; with a pattern, a text value matching it counts."""
     config_ge: float | None = None
     config_values: list[Any] | None = None
     weight: float = 1.0

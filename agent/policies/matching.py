@@ -306,6 +306,8 @@ def signal_hits(idx: int, sig: Signal, pattern, ev: Evidence) -> list[Hit]:
             ok = value is not None and (
                 (sig.config_ge is not None and isinstance(value, (int, float)) and value >= sig.config_ge)
                 or (sig.config_values is not None and value in sig.config_values)
+                # A text setting of the required form (an external store's address).
+                or (pattern is not None and isinstance(value, str) and bool(pattern.search(value)))
                 # A count the job's own config asks for per node/in all, above what the scheduler gave.
                 # Kubernetes specs write counts as strings (a PyTorchJob's nprocPerNode: "8").
                 or (sig.exceeds_job is not None and not isinstance(value, bool)
