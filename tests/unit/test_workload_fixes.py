@@ -153,3 +153,20 @@ def test_an_nfs_client_is_the_nodes_fault_only_when_it_alone_lost_the_server(log
     ev.jobs["peer"] = JobFacts(job="peer", state="RUNNING", partition="p", nodes=["d"], start_time=T0 - timedelta(hours=8))
     found = _client_alone(r"nfs: server (?P<server>\S+) not responding", ev)
     assert (found.node if found else None) == scoped
+
+
+# --- a GCS lost under fault tolerance: the shared store, unless the head's GCS was OOM-killed -------
+
+GCS_LOST = "[2026-12-01 04:52:29,904 E 58 58] (raylet) gcs_rpc_client.h:554: Failed to connect to GCS within 60 seconds."
+
+
+@pytest.mark.parametrize("config, events, fires", [
+    ({"gcsFaultToleranceOptions": {"redisAddress": "redis-ha.ray-system.svc:6379"}}, [], True),
+    ({"env": {"RAY_REDIS_ADDRESS": "10.0.4.2:6379"}}, [], True),
+    ({"gcs_fault_tolerance": False}, [], False),                  # no external store: the head's own GCS
+    ({"env": {"RAY_REDIS_ADDRESS": "10.0.4.2:6379"}},
+     ["Warning OOMKilling: Memory cgroup out of memory: Killed process 211 (gcs_server)"], False),
+])
+def test_a_lost_gcs_points_at_the_external_store_only_with_one_and_no_head_oom(config, events, fires):
+    ev = _ev(GCS_LOST, config, events=events)
+    assert (match_label(KB["ray_gcs_external_store_lost"], ev) is not None) is fires
