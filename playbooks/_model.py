@@ -275,15 +275,22 @@ class OneNode(Strict):
     not responding"). Alone it proves nothing (every client of a failing server says it), so it
     scopes to a node only when it is that node's alone among a failed job's several nodes (which
     mount the same share), never followed there by the server's "OK", and jobs elsewhere ran fine."""
+    client_hung: str | None = None
+    """With client_lost: a kernel-log regex for the node's tasks wedged inside the client (hung-task
+    traces in its code). A "not responding" line alone is a hiccup every client prints; a client
+    whose callers are stuck in it is broken on that node."""
     remedy: Remedy
 
     _compiles = field_validator("node_evidence")(lambda v: _compiled(v, "node_evidence"))
     _client_lost_compiles = field_validator("client_lost")(lambda v: _compiled(v, "client_lost"))
+    _client_hung_compiles = field_validator("client_hung")(lambda v: _compiled(v, "client_hung"))
 
     @model_validator(mode="after")
     def _names_the_server(self) -> OneNode:
         if self.client_lost and "(?P<server>" not in self.client_lost:
             raise ValueError("client_lost needs a named group `server`")
+        if bool(self.client_lost) != bool(self.client_hung):
+            raise ValueError("client_lost and client_hung go together")
         return self
 
 

@@ -10,8 +10,8 @@ Kernel logs alone do not decide the scope: a server hiccup prints "not respondin
 client, including those that recovered, and a single node's message can be a server only it
 mounts. What does count is the client itself dying in one node's kernel log (its FUSE daemon
 killed): then one victim is enough, as long as jobs elsewhere used the storage fine. So does a
-client that lost its server on one node of a multi-node job while the job's other nodes, reading
-the same share, said nothing of it and never recovered there.
+client that lost its server on one node of a multi-node job, with tasks there hung inside it,
+while the job's other nodes, reading the same share, said nothing of it and it never recovered.
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ def one_node(match: LabelMatch, ev: Evidence) -> NodeScope | None:
     if scope is None:
         return None
     jobs = error_jobs(match)
-    local = _node_local(scope.node_evidence, jobs, ev) or _client_alone(scope.client_lost, ev)
+    local = _node_local(scope.node_evidence, jobs, ev) or _client_alone(scope.client_lost, scope.client_hung, ev)
     if local:
         return local
     if len(jobs) < scope.min_jobs:
@@ -95,10 +95,11 @@ def _node_local(pattern: str | None, jobs: list[str], ev: Evidence) -> NodeScope
     return NodeScope(node, [v.job for v in victims], healthy) if healthy else None
 
 
-def _client_alone(pattern: str | None, ev: Evidence) -> NodeScope | None:
-    """One node's client lost a server that the failed job's other nodes, whose kernel logs were
-    read and say nothing of it, kept serving: the job read the same share on all of them."""
-    if not pattern:
+def _client_alone(pattern: str | None, hung: str | None, ev: Evidence) -> NodeScope | None:
+    """One node's client lost a server, with its callers wedged inside it, that the failed job's
+    other nodes, whose kernel logs were read and say nothing of it, kept serving: the job read the
+    same share on all of them."""
+    if not pattern or not hung:
         return None
     regex = re.compile(pattern, re.I | re.M)
     read = {d.entity[5:]: d.text for d in ev.docs if d.source == "kernel_log" and d.entity.startswith("node:")}
@@ -112,6 +113,8 @@ def _client_alone(pattern: str | None, ev: Evidence) -> NodeScope | None:
     if len(lost) != 1:
         return None  # on several nodes it is the server; on none there is nothing to scope
     node, servers = next(iter(lost.items()))
+    if not re.search(hung, read[node], re.I | re.M):
+        return None  # "not responding" alone is a hiccup every client prints
     if any(s in text for other, text in read.items() if other != node for s in servers):
         return None  # another client saw the same server falter
     victims = [f for j in ev.focus_jobs() if (f := ev.jobs.get(j)) and f.failed and node in f.nodes
