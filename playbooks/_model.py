@@ -110,7 +110,8 @@ class Signal(Strict):
     exceeds_job: Literal["nodes", "gpus", "gpus_per_node"] | None = None
     """Text signals: the match counts only when its named group `count` (times the group `per`,
     when the pattern has one) is more than the job was given of this: a launcher asking for
-    4 nodes x 8 processes inside a 24-GPU allocation can never assemble."""
+    4 nodes x 8 processes inside a 24-GPU allocation can never assemble. A zero-based group
+    `index` (a failing local rank) asks for index + 1 of them."""
     covers: Arithmetic | None = None
     """Text signals: read the message's own arithmetic (PyTorch's OOM: free plus reserved-but-
     unallocated covers the request means fragmentation, not a batch too big)."""
@@ -126,6 +127,7 @@ class Signal(Strict):
     the events this regex matches, and no older than the focus jobs' end (a node condition that
     has cleared since it was raised, after the failure)."""
     config_key: str | None = None
+    """config: the setting (or literal key) read; with a pattern, a text value matching it counts."""
     config_ge: float | None = None
     config_values: list[Any] | None = None
     weight: float = 1.0
@@ -161,8 +163,8 @@ class Signal(Strict):
         if self.where == "config" and not self.config_key:
             raise ValueError("a config signal needs config_key")
         if self.exceeds_job and self.where != "config" and (
-                self.where not in text_sources or "(?P<count>" not in (self.pattern or "")):
-            raise ValueError("exceeds_job needs a config signal, or a text signal whose pattern has a named group `count`")
+                self.where not in text_sources or not re.search(r"\(\?P<(count|index)>", self.pattern or "")):
+            raise ValueError("exceeds_job needs a config signal, or a text signal whose pattern has a named group `count` (or `index`)")
         if self.largest_share and (self.where not in text_sources or "(?P<count>" not in (self.pattern or "")):
             raise ValueError("largest_share needs a text signal whose pattern has a named group `count`")
         if self.covers:
@@ -181,7 +183,7 @@ InvestigateTarget = Literal[
     "failed_peers",  # other jobs of the focus job's partition/namespace that failed in the last day
     "idle_gpu_nodes",  # GPU nodes the node listing shows in service with no running job holding GPUs
     "earlier_good_runs",  # earlier runs of the same job (same name and owner) that succeeded
-    "owner_good_runs",  # those, then the owner's other jobs of the same partition/namespace that succeeded
+    "owner_good_runs",  # those, then the X,  # other jobs of the focus job's partition/namespace running now, its owner's first
 ]
 
 StepCondition = Literal[
@@ -216,6 +218,10 @@ ComputedValue = Literal[
     "cpus_per_worker_that_fit",  # a Ray worker bundle's CPUs cut to what the GPU nodes have per GPU
     "toleration_for_blocking_taint",  # the toleration an earlier good run (or another replica) carries
     "rdma_devices_of_good_run",  # the RDMA devices the owner's run that used IB on the same pool asked for
+    "port_the_container_serves",  # the one port the container's log says it listens on
+    "probe_delay_from_startup",  # a probe delay above the server's observed start (load bar, earlier attempt)
+    "storage_class_that_exists",  # a claim's missing StorageClass replaced by the one running peers bind the same claim with
+    "image_the_driver_supports",  # an image whose CUDA is newer than the driver's, replaced by a known-good one that fits
 ]
 
 
@@ -268,9 +274,28 @@ class OneNode(Strict):
     """A kernel-log regex for the client dying on the node itself (its FUSE daemon killed, its
     mount thrown out): on exactly one of the jobs' nodes, with jobs elsewhere fine, it scopes the
     error to that node even when only one job saw it."""
+    client_lost: str | None = None
+    """A kernel-log regex for a client losing its server (named group `server`: "nfs: server X
+    not responding"). Alone it proves nothing (every client of a failing server says it), so it
+    scopes to a node only when it is that node's alone among a failed job's several nodes (which
+    mount the same share), never followed there by the server's "OK", and jobs elsewhere ran fine."""
+    client_hung: str | None = None
+    """With client_lost: a kernel-log regex for the node's tasks wedged inside the client (hung-task
+    traces in its code). A "not responding" line alone is a hiccup every client prints; a client
+    whose callers are stuck in it is broken on that node."""
     remedy: Remedy
 
     _compiles = field_validator("node_evidence")(lambda v: _compiled(v, "node_evidence"))
+    _client_lost_compiles = field_validator("client_lost")(lambda v: _compiled(v, "client_lost"))
+    _client_hung_compiles = field_validator("client_hung")(lambda v: _compiled(v, "client_hung"))
+
+    @model_validator(mode="after")
+    def _names_the_server(self) -> OneNode:
+        if self.client_lost and "(?P<server>" not in self.client_lost:
+            raise ValueError("client_lost needs a named group `server`")
+        if bool(self.client_lost) != bool(self.client_hung):
+            raise ValueError("client_lost and client_hung go together")
+        return self
 
 
 class Label(Strict):

@@ -13,6 +13,9 @@ from typing import Any, Callable
 from crashcart.agent.policies.config_keys import load_key_table, parse_duration, parse_size
 from crashcart.agent.policies.evidence import Evidence
 from crashcart.agent.policies.matching import _config_value
+from crashcart.agent.policies.probes import port_the_container_serves, probe_delay_from_startup
+from crashcart.agent.policies.image_cuda import image_the_driver_supports
+from crashcart.agent.policies.storage_class import storage_class_that_exists
 
 # How alike a selector value and a node's label value must be to call the difference a typo
 # ("gpu-h100-ondemand" for "gpu-h100-on-demand"), not another product or pool.
@@ -26,6 +29,30 @@ def _same_product(value: str, option: str) -> bool:
     GPU, while "80g" for "80gb" is the same size misspelt. The letters after the digits are the
     unit or variant (gb, g, s), compared as text by the similarity score, not here."""
     return set(_MODEL_NUMBER.findall(value.lower())) == set(_MODEL_NUMBER.findall(option.lower()))
+
+
+def _gpu_models(text: str) -> set[tuple[str, str]]:
+    """The GPU model numbers a text names: letters then digits ("a100", "h100", "l40"), not a bare
+    size or index ("80" of 80gb, "2" of pool-2)."""
+    return {(letters, digits) for letters, digits in _MODEL_NUMBER.findall(text.lower()) if letters}
+
+
+def _names_the_nodes_gpu(value: str, option: str, free: list[dict[str, Any]], key: str) -> bool:
+    """The selector's value names the GPU model that the option's nodes really have, in another
+    vendor's spelling ("nvidia-tesla-a100" for nodes labelled "nvidia-a100-80gb" whose nvidia-smi
+    says A100): every model number of the value is in the option and in those nodes' GPU model.
+    A value naming a size or variant the option lacks ("a100-40gb" for "a100-80gb") is another
+    product, so it does not count."""
+    wanted = _gpu_models(value)
+    if not wanted:
+        return False
+    extra = {d for letters, d in _MODEL_NUMBER.findall(value.lower()) if not letters}
+    have = set(_MODEL_NUMBER.findall(option.lower()))
+    if not wanted <= have or not extra <= {d for _, d in have}:
+        return False
+    carriers = [row for row in free if str((row.get("labels") or {}).get(key)) == option]
+    models = [str(row.get("gpu_model") or "") for row in carriers]
+    return bool(models) and all(m and wanted <= _gpu_models(m) for m in models)
 
 
 # A trainer's own report of a save that finished (HF Trainer, Lightning, Megatron, DeepSpeed):
@@ -155,8 +182,11 @@ def _corrected_selector(ev: Evidence, job: str, earlier_runs: bool) -> dict[str,
         options = {str((row.get("labels") or {})[key]) for row in free if key in (row.get("labels") or {})}
         scored = sorted(((SequenceMatcher(None, str(value).lower(), o.lower()).ratio(), o)
                          for o in options if _same_product(str(value), o)), reverse=True)
+        same_gpu = sorted({o for o in options if _names_the_nodes_gpu(str(value), o, free, key)})
         if scored and scored[0][0] >= TYPO_SIMILARITY and not (len(scored) > 1 and scored[1][0] == scored[0][0]):
             corrected[key] = scored[0][1]
+        elif len(same_gpu) == 1:
+            corrected[key] = same_gpu[0]
         elif before and key in before[0] and str(before[0][key]) in options:
             corrected[key] = before[0][key]  # what the last good run used, and free nodes still carry
         else:
@@ -384,4 +414,8 @@ COMPUTE: dict[str, Callable[[Evidence, str, dict[str, str], float | None], Any]]
     "cpus_per_worker_that_fit": cpus_per_worker_that_fit,
     "toleration_for_blocking_taint": toleration_for_blocking_taint,
     "rdma_devices_of_good_run": rdma_devices_of_good_run,
+    "port_the_container_serves": port_the_container_serves,
+    "probe_delay_from_startup": probe_delay_from_startup,
+    "storage_class_that_exists": storage_class_that_exists,
+    "image_the_driver_supports": image_the_driver_supports,
 }

@@ -96,7 +96,8 @@ class JobFacts:
 
     @property
     def failed(self) -> bool:
-        return self.state.upper().split()[0] in FAILED_STATES if self.state else False
+        # kubectl shows a pod whose init container fails as "Init:Error" / "Init:CrashLoopBackOff".
+        return self.state.upper().split()[0].removeprefix("INIT:") in FAILED_STATES if self.state else False
 
 
 @dataclass
@@ -199,6 +200,16 @@ class Evidence:
             and (self.now is None or (self.now - f.end_time).total_seconds() <= within_hours * 3600)
         ]
         return [f.job for f in sorted(peers, key=lambda f: f.end_time, reverse=True)]
+
+    def running_peers(self) -> list[str]:
+        """Other jobs of the focus jobs' partitions (namespaces) running now, the same owner's first:
+        what they run with (a storage class, a bound claim) exists on this cluster."""
+        focus = self.focus_jobs()
+        owners = {self.jobs[j].user for j in focus if j in self.jobs}
+        partitions = {self.jobs[j].partition for j in focus if j in self.jobs and self.jobs[j].partition}
+        peers = [f for j, f in self.jobs.items()
+                 if j not in focus and f.partition in partitions and f.state.upper() in RUNNING_STATES]
+        return [f.job for f in sorted(peers, key=lambda f: (f.user not in owners, f.job))]
 
     def focus_window(self) -> tuple[datetime | None, datetime | None]:
         """From the first start to the last end among the focus jobs and their attempts."""

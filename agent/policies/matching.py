@@ -168,7 +168,9 @@ def _gpus_busy(min_pct: float, entity: str, ev: Evidence) -> bool:
 def _exceeds_job(what: str, caps: dict[str, str], entity: str, ev: Evidence) -> bool:
     """What the job asked for in its own log, against what the scheduler gave it."""
     facts = ev.jobs.get(entity[4:]) if entity.startswith("job:") else None
-    count, per = caps.get("count", ""), caps.get("per", "1")
+    count, per = caps.get("count") or "", caps.get("per") or "1"
+    if not count and (caps.get("index") or "").isdigit():
+        count = str(int(caps["index"]) + 1)  # local rank 4 exists only where 5 processes run
     if facts is None or not count.isdigit() or not per.isdigit():
         return False
     if what == "gpus_per_node":
@@ -319,9 +321,13 @@ def signal_hits(idx: int, sig: Signal, pattern, ev: Evidence) -> list[Hit]:
             ok = value is not None and (
                 (sig.config_ge is not None and isinstance(value, (int, float)) and value >= sig.config_ge)
                 or (sig.config_values is not None and value in sig.config_values)
+                # A text setting of the required form (an external store's address).
+                or (pattern is not None and isinstance(value, str) and bool(pattern.search(value)))
                 # A count the job's own config asks for per node/in all, above what the scheduler gave.
-                or (sig.exceeds_job is not None and isinstance(value, int) and not isinstance(value, bool)
-                    and _exceeds_job(sig.exceeds_job, {"count": str(value)}, f"job:{j}", ev))
+                # Kubernetes specs write counts as strings (a PyTorchJob's nprocPerNode: "8").
+                or (sig.exceeds_job is not None and not isinstance(value, bool)
+                    and (isinstance(value, int) or (isinstance(value, str) and value.strip().isdigit()))
+                    and _exceeds_job(sig.exceeds_job, {"count": str(value).strip()}, f"job:{j}", ev))
             )
             if ok:
                 hits.append(Hit(idx, f"job:{j}", f"job {j} config {sig.config_key}={value}", f"job_config:{j}"))

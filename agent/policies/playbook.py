@@ -27,6 +27,7 @@ from crashcart.tools._spec import REGISTRY, ToolCall
 
 MAX_NODES_PER_STEP = 16
 MAX_PEER_JOBS = 6
+MAX_RUNNING_PEERS = 2
 MAX_ATTEMPT_LOGS = 2
 
 # What a pod shows when the node under it stopped answering (the kubelet can no longer report it).
@@ -175,6 +176,8 @@ class PlaybookPolicy:
                 targets = [{"job": r} for j in jobs for r in ev.earlier_good_runs(j)[:1]]
             elif step.scope == "owner_good_runs":
                 targets = [{"job": r} for j in jobs for r in ev.owner_good_runs(j)[:2]]
+            elif step.scope == "running_peers":
+                targets = [{"job": j} for j in ev.running_peers()[:MAX_RUNNING_PEERS]]
             elif step.scope == "failed_peers":
                 targets = [{"job": j} for j in ev.failed_peers()[:MAX_PEER_JOBS]]
             elif step.scope == "namespace":

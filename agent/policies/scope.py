@@ -9,7 +9,9 @@ same hours. Then draining that node and rerunning elsewhere is the fix, not a st
 Kernel logs alone do not decide the scope: a server hiccup prints "not responding" on every
 client, including those that recovered, and a single node's message can be a server only it
 mounts. What does count is the client itself dying in one node's kernel log (its FUSE daemon
-killed): then one victim is enough, as long as jobs elsewhere used the storage fine.
+killed): then one victim is enough, as long as jobs elsewhere used the storage fine. So does a
+client that lost its server on one node of a multi-node job, with tasks there hung inside it,
+while the job's other nodes, reading the same share, said nothing of it and it never recovered.
 """
 
 from __future__ import annotations
@@ -57,7 +59,7 @@ def one_node(match: LabelMatch, ev: Evidence) -> NodeScope | None:
     if scope is None:
         return None
     jobs = error_jobs(match)
-    local = _node_local(scope.node_evidence, jobs, ev)
+    local = _node_local(scope.node_evidence, jobs, ev) or _client_alone(scope.client_lost, scope.client_hung, ev)
     if local:
         return local
     if len(jobs) < scope.min_jobs:
@@ -91,6 +93,42 @@ def _node_local(pattern: str | None, jobs: list[str], ev: Evidence) -> NodeScope
         return None
     healthy = healthy_elsewhere(ev, node, victims)
     return NodeScope(node, [v.job for v in victims], healthy) if healthy else None
+
+
+def _client_alone(pattern: str | None, hung: str | None, ev: Evidence) -> NodeScope | None:
+    """One node's client lost a server, with its callers wedged inside it, that the failed job's
+    other nodes, whose kernel logs were read and say nothing of it, kept serving: the job read the
+    same share on all of them."""
+    if not pattern or not hung:
+        return None
+    regex = re.compile(pattern, re.I | re.M)
+    read = {d.entity[5:]: d.text for d in ev.docs if d.source == "kernel_log" and d.entity.startswith("node:")}
+    lost: dict[str, set[str]] = {}
+    for node, text in read.items():
+        servers = {m["server"] for m in regex.finditer(text)}
+        # The kernel says "nfs: server X OK" once the server answers again: a hiccup, not a loss.
+        still = {s for s in servers if not _answered_again(s, text)}
+        if still:
+            lost[node] = still
+    if len(lost) != 1:
+        return None  # on several nodes it is the server; on none there is nothing to scope
+    node, servers = next(iter(lost.items()))
+    if not re.search(hung, read[node], re.I | re.M):
+        return None  # "not responding" alone is a hiccup every client prints
+    if any(s in text for other, text in read.items() if other != node for s in servers):
+        return None  # another client saw the same server falter
+    victims = [f for j in ev.focus_jobs() if (f := ev.jobs.get(j)) and f.failed and node in f.nodes
+               and sum(1 for n in f.nodes if n in read) >= 2]
+    if not victims:
+        return None
+    healthy = healthy_elsewhere(ev, node, victims)
+    return NodeScope(node, [v.job for v in victims], healthy) if healthy else None
+
+
+def _answered_again(server: str, text: str) -> bool:
+    """The node's last word on the server is that it answers again ("nfs: server X OK")."""
+    words = re.findall(rf"nfs: server {re.escape(server)} (not responding|OK)\b", text, re.I)
+    return bool(words) and words[-1].upper() == "OK"
 
 
 def healthy_elsewhere(ev: Evidence, node: str, victims: list[JobFacts]) -> list[str]:

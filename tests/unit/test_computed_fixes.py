@@ -158,6 +158,34 @@ def test_a_value_as_alike_as_a_typo_but_naming_another_gpu_is_not_corrected(aske
     assert selector_as_idle_nodes_carry(_selector_ev({"pool": asked}), "j1", {}, None) is None
 
 
+def _gpu_label_ev(selector: dict) -> Evidence:
+    ev = _ev(config={"nodeSelector": selector})
+    ev.nodes = {
+        "n1": {"node": "n1", "state": "idle", "gpus": 8, "gpu_model": "NVIDIA L40S",
+               "labels": {"gpu.vendor/product": "nvidia-l40s-48gb"}},
+        "n2": {"node": "n2", "state": "idle", "gpus": 8, "gpu_model": "NVIDIA A100-SXM4-80GB",
+               "labels": {"gpu.vendor/product": "nvidia-a100-80gb"}},
+        "n3": {"node": "n3", "state": "mixed", "gpus": 8, "gpu_model": "NVIDIA A100-SXM4-40GB",
+               "labels": {"gpu.vendor/product": "nvidia-a100-40gb"}},
+    }
+    return ev
+
+
+def test_a_gpu_named_in_another_spelling_becomes_the_label_its_nodes_carry():
+    # The value names the L40S the idle nodes' nvidia-smi reports, in another vendor's words.
+    ev = _gpu_label_ev({"gpu.vendor/product": "NVIDIA-Tesla-L40S"})
+    assert selector_as_idle_nodes_carry(ev, "j1", {}, None) == {"gpu.vendor/product": "nvidia-l40s-48gb"}
+    # The size it names picks one of two A100 pools.
+    ev = _gpu_label_ev({"gpu.vendor/product": "tesla-a100-80g"})
+    assert selector_as_idle_nodes_carry(ev, "j1", {}, None) == {"gpu.vendor/product": "nvidia-a100-80gb"}
+
+
+@pytest.mark.parametrize("asked", ["nvidia-tesla-a100", "nvidia-h100-80gb", "nvidia-a100-24gb"])
+def test_a_gpu_name_that_fits_no_pool_or_several_is_the_owners_choice(asked):
+    # Two A100 pools (the size decides), no H100 at all, an A100 size that does not exist here.
+    assert selector_as_idle_nodes_carry(_gpu_label_ev({"gpu.vendor/product": asked}), "j1", {}, None) is None
+
+
 # --- a time limit clamped to the partition's MaxTime -------------------------------------------
 
 @pytest.mark.parametrize("reason, max_time, expected", [
