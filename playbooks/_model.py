@@ -183,7 +183,8 @@ InvestigateTarget = Literal[
     "failed_peers",  # other jobs of the focus job's partition/namespace that failed in the last day
     "idle_gpu_nodes",  # GPU nodes the node listing shows in service with no running job holding GPUs
     "earlier_good_runs",  # earlier runs of the same job (same name and owner) that succeeded
-    "owner_good_runs",  # those, then the X,  # other jobs of the focus job's partition/namespace running now, its owner's first
+    "owner_good_runs",  # those, then the owner's other jobs of the same partition/namespace that succeeded
+    "running_peers",  # other jobs of the focus job's partition/namespace running now, its owner's first
 ]
 
 StepCondition = Literal[
