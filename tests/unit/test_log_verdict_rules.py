@@ -220,3 +220,105 @@ def test_a_pending_job_under_the_qos_is_not_a_refused_submission():
     v = diagnose_text("JOBID PARTITION NAME USER ST TIME NODES NODELIST(REASON)\n"
                       "  9001 gpu train bob PD 0:00 1 (QOSMaxGRESPerUser)\n")
     assert v.diagnosis != "submission_rejected"
+
+
+# --- Rules for capacity, scheduling, ray, storage, user_code and healthy runs (batch 3) --------------
+
+CASES_B = {
+    "PyTorch 2.4's exit warning about the process group": (
+        "Epoch 9/9: 100%|##########| 500/500 [02:11<00:00, 3.80it/s, loss=0.412]\n"
+        "[rank1]:[W1203 08:41:17.553201982 ProcessGroupNCCL.cpp:1168] Warning: WARNING: process group has NOT been "
+        "destroyed before we destruct ProcessGroupNCCL. On normal program exit, the application should call "
+        "destroy_process_group to ensure that any pending NCCL operations have finished in this process.\n",
+        "none", "exit_warning_only", "none",
+    ),
+    "c10d falls back to IPv4 on a host without IPv6": (
+        "+ torchrun --nnodes 1 --nproc_per_node 4 pretrain.py\n"
+        "[W1011 13:02:55.991 socket.cpp:663] [c10d] The server socket cannot be initialized on [::]:41000 "
+        "(errno: 97 - Address family not supported by protocol).\n"
+        "[W1011 13:02:55.993 socket.cpp:697] [c10d] The IPv6 network addresses of (gpu-r3, 41000) cannot be "
+        "retrieved (gai error: -9 - Address family for hostname not supported).\n"
+        "iter 20 | lm loss 7.21 | 41.3 TFLOPs\n",
+        "none", "c10d_ipv6_fallback_only", "none",
+    ),
+    "Lightning's fit ended before a teardown timeout": (
+        "`Trainer.fit` stopped: `max_steps=20000` reached.\n"
+        "[rank3]:[E ProcessGroupNCCL.cpp:616] [Rank 3] Watchdog caught collective operation timeout: "
+        "WorkNCCL(SeqNum=88123, OpType=BROADCAST, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600412 "
+        "milliseconds before timing out.\n",
+        "none", "finished_then_teardown_error", "none",
+    ),
+    "an old kubelet times out mounting an NFS volume": (
+        "  Warning  FailedMount  3m (x5 over 14m)  kubelet, node-pool-a-7  Unable to mount volumes for pod "
+        "\"trainer-0_ml(0d1e-44)\": timeout expired waiting for volumes to attach or mount for pod \"ml\"/\"trainer-0\". "
+        "list of unmounted volumes=[datasets]. list of unattached volumes=[datasets token]\n"
+        "Output: mount.nfs4: No route to host\n",
+        "storage", "volume_mount_failed", "escalate_storage",
+    ),
+    "the coscheduling plugin cannot place a whole pod group": (
+        "LAST SEEN   TYPE      REASON             OBJECT               MESSAGE\n"
+        "12s         Warning   FailedScheduling   pod/ddp-worker-2     0/5 nodes are available: pre-filter pod "
+        "ddp-worker-2 cannot find enough sibling pods, current pods number: 2, minMember of group: 4\n",
+        "scheduling", "gang_unschedulable", "wait",
+    ),
+    "a Volcano job's gang waits for GPUs": (
+        "Events:\n  Type     Reason         Age                  From     Message\n"
+        "  Warning  Unschedulable  2m (x31 over 12m)    volcano  8/8 tasks in gang unschedulable: pod group is not ready, "
+        "8 Pending, 8 minAvailable; Pending: 8 Unschedulable\n",
+        "scheduling", "gang_unschedulable", "wait",
+    ),
+    "PBS Pro says why a GPU job does not run yet": (
+        "Job Id: 88421.pbs01\n    Job_Name = llm-ft\n    job_state = Q\n    queue = gpuq\n"
+        "    comment = Not Running: Insufficient amount of resource: ngpus (R: 4 A: 0 T: 32)\n",
+        "scheduling", "queued_estimated_start", "wait",
+    ),
+    "Moab's priority-based start estimate": (
+        "$ showstart 551902\njob 551902 requires 16 procs for 12:00:00\n\n"
+        "Estimated Priority based start in        18:22:10 on Thu Jan  9 04:10:00\n",
+        "scheduling", "queued_estimated_start", "wait",
+    ),
+    "a pod list where the image never pulls": (
+        "NAME                         READY   STATUS             RESTARTS   AGE\n"
+        "bert-ft-master-0             0/1     ImagePullBackOff   0          6m\n"
+        "bert-ft-worker-0             0/1     Init:ErrImagePull  0          6m\n",
+        "scheduling", "image_pull_backing_off", "escalate_user",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(CASES_B))
+def test_a_batch_3_rule_reads_the_general_form(name):
+    text, family, diagnosis, remedy = CASES_B[name]
+    v = diagnose_text(text)
+    assert (v.family, v.diagnosis, v.remedy) == (family, diagnosis, remedy), v.evidence
+
+
+def test_c10d_failing_after_its_ipv6_warning_is_not_healthy():
+    v = diagnose_text(
+        "[W socket.cpp:663] [c10d] The client socket cannot be initialized to connect to [::1]:29500 "
+        "(errno: 97 - Address family not supported by protocol).\n"
+        "[E socket.cpp:957] [c10d] The client socket has failed to connect to any network address of (master, 29500).\n"
+        "torch.distributed.DistNetworkError: Connection refused\n")
+    assert v.family != "none"
+
+
+def test_a_pbs_job_refused_at_submission_is_not_waiting():
+    v = diagnose_text("$ qsub -l select=1:ngpus=16 run.pbs\nqsub: Job exceeds queue resource limits MSG=cannot satisfy queue max ngpus requirement\n")
+    assert v.diagnosis != "queued_estimated_start"
+
+
+def test_a_registry_outage_is_not_the_owners_image_to_fix():
+    v = diagnose_text(
+        "  Warning  Failed   20s  kubelet  Failed to pull image \"reg.example/ml/trainer:3.1\": unexpected status "
+        "from HEAD request to https://reg.example/v2/ml/trainer/manifests/3.1: 503 Service Unavailable\n"
+        "  Normal   BackOff  5s   kubelet  Back-off pulling image \"reg.example/ml/trainer:3.1\"\n")
+    assert v.diagnosis != "image_pull_backing_off"
+
+
+def test_a_gang_held_by_a_node_selector_is_not_a_plain_wait():
+    v = diagnose_text(
+        "  Warning  Unschedulable  1m  volcano  4/4 tasks in gang unschedulable: pod group is not ready, 4 Pending, "
+        "4 minAvailable; Pending: 4 Unschedulable\n"
+        "  Warning  FailedScheduling  1m  volcano  0/6 nodes are unavailable: 6 node(s) didn't match Pod's node "
+        "affinity/selector.\n")
+    assert v.diagnosis != "gang_unschedulable"
