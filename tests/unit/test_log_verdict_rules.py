@@ -283,6 +283,49 @@ CASES_B = {
         "bert-ft-worker-0             0/1     Init:ErrImagePull  0          6m\n",
         "scheduling", "image_pull_backing_off", "escalate_user",
     ),
+    "an EKS node group cannot grow past the vCPU quota": (
+        "LAST SEEN   TYPE      REASON               OBJECT              MESSAGE\n"
+        "2m          Warning   FailedScaleUp        pod/sd-finetune-0   Node scale up in zones eu-west-1b associated "
+        "with this pod failed: Instance quota exceeded. Pod is at risk of not being scheduled.\n",
+        "capacity", "capacity_scale_up_quota", "escalate_infra",
+    ),
+    "GKE has no A100s left in the zone": (
+        "  Warning  FailedScaleUp  47s (x12 over 9m)  cluster-autoscaler  Node scale up in zones asia-east1-c "
+        "associated with this pod failed: GCE out of resources. Pod is at risk of not being scheduled.\n",
+        "capacity", "capacity_scale_up_stockout", "wait",
+    ),
+    "ray status with a GPU node still launching": (
+        "======== Autoscaler status: 2025-01-04 18:11:02.113 ========\nNode status\n"
+        "---------------------------------------------------------------\nActive:\n 1 head\nPending:\n"
+        " a10g-worker, 2 launching\n cpu-worker, 1 launching\nRecent failures:\n (no failures)\n\n"
+        "Resources\n---------------------------------------------------------------\nUsage:\n 2.0/16.0 CPU\n 0B/40.00GiB memory\n",
+        "capacity", "capacity_nodes_launching", "wait",
+    ),
+    "a driver cannot reach the cluster it was told to join": (
+        "2024-08-01 09:12:40,115\tINFO worker.py:1586 -- Connecting to existing Ray cluster at address: 10.8.0.4:6379...\n"
+        "[2024-08-01 09:12:50,119 W 8812 8812] gcs_rpc_client.h:151: Failed to connect to GCS at address 10.8.0.4:6379 within 10 seconds.\n"
+        "[2024-08-01 09:13:20,121 W 8812 8812] gcs_client.cc:183: Failed to get cluster ID from GCS server: TimedOut: "
+        "Timed out while waiting for GCS to become available.\n",
+        "ray", "ray_gcs_unreachable", "escalate_infra",
+    ),
+    "a raylet gives up on a silent GCS": (
+        "[2023-03-02 11:00:41,002 C 4410 4460] (raylet) gcs_rpc_client.h:552:  Check failed: "
+        "absl::ToInt64Seconds(absl::Now() - gcs_last_alive_time_) < "
+        "::RayConfig::instance().gcs_rpc_server_reconnect_timeout_s() Failed to connect to GCS\n*** StackTrace Information ***\n",
+        "ray", "ray_gcs_unreachable", "escalate_infra",
+    ),
+    "ray job submit before the dashboard serves": (
+        "$ ray job submit --address http://10.2.0.9:8265 -- python tune.py\n"
+        "Traceback (most recent call last):\n  File \"/usr/local/bin/ray\", line 8, in <module>\n"
+        "ConnectionError: Failed to connect to Ray at address: http://10.2.0.9:8265.\n",
+        "ray", "ray_dashboard_unreachable", "resubmit",
+    ),
+    "actors keep every GPU of a Ray cluster": (
+        "(autoscaler +41s) Warning: The following resource request cannot be scheduled right now: {'CPU': 1.0, 'GPU': 1.0}. "
+        "This is likely due to all cluster resources being claimed by actors. Consider creating fewer actors or "
+        "adding more nodes to this Ray cluster.\n",
+        "ray", "ray_actors_hold_all_resources", "resubmit_with_changes",
+    ),
 }
 
 
@@ -322,3 +365,30 @@ def test_a_gang_held_by_a_node_selector_is_not_a_plain_wait():
         "  Warning  FailedScheduling  1m  volcano  0/6 nodes are unavailable: 6 node(s) didn't match Pod's node "
         "affinity/selector.\n")
     assert v.diagnosis != "gang_unschedulable"
+
+
+def test_a_kuberay_worker_that_cannot_scale_up_stays_a_ray_verdict():
+    v = diagnose_text(
+        "Normal CreatedWorkerPod: Created worker Pod ml/llm-raycluster-x7-gpu-worker-2b\n"
+        "Warning FailedScaleUp: Node scale up in zones us-east4-a associated with this pod failed: GCE quota exceeded. "
+        "Pod is at risk of not being scheduled.\n")
+    assert v.family == "ray"
+
+
+def test_a_gcs_that_was_killed_is_not_merely_unreachable():
+    v = diagnose_text(
+        "Failed to connect to GCS within 60 seconds. GCS may have been killed. It's either GCS is terminated by "
+        "`ray stop` or is killed unexpectedly.\n"
+        "[2024-02-02 03:04:05,000 W 11 11] gcs_rpc_client.h:151: Failed to connect to GCS at address 10.1.1.1:6379 within 5 seconds.\n")
+    assert v.diagnosis != "ray_gcs_unreachable"
+
+
+def test_joining_a_gcs_at_an_empty_host_is_a_config_bug_not_an_outage():
+    v = diagnose_text("+ ray start --address=:6379 --block\n"
+                      "gcs_rpc_client.h:151: Failed to connect to GCS at address :6379 within 5 seconds.\n")
+    assert v.diagnosis != "ray_gcs_unreachable"
+
+
+def test_a_node_launch_that_failed_is_not_still_launching():
+    v = diagnose_text("Pending:\n gpu-a10g, 1 launching\nRecent failures:\n gpu-a10g: InsufficientInstanceCapacity\n")
+    assert v.diagnosis != "capacity_nodes_launching"
