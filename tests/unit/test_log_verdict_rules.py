@@ -326,6 +326,18 @@ CASES_B = {
         "adding more nodes to this Ray cluster.\n",
         "ray", "ray_actors_hold_all_resources", "resubmit_with_changes",
     ),
+    "an sbatch job killed at its wall time with no checkpoint": (
+        "rank 0: processed 18000/250000 shards\n"
+        "slurmstepd-gpu-c203: error: *** JOB 7781002 ON gpu-c203 CANCELLED AT 2025-04-18T06:00:14 DUE TO TIME LIMIT ***\n"
+        "srun: Job step aborted: Waiting up to 32 seconds for job step to finish.\n",
+        "scheduling", "job_timeout_no_checkpoint", "resubmit_with_changes",
+    ),
+    "vLLM's KV heads do not split across the pipeline": (
+        "  File \"/usr/local/lib/python3.12/site-packages/vllm/config.py\", line 612, in verify_with_parallel_config\n"
+        "    raise ValueError(\n"
+        "ValueError: Total number of hidden layers (30) must be divisible by pipeline parallel size (4).\n",
+        "user_code", "parallel_size_does_not_divide_model", "resubmit_with_changes",
+    ),
 }
 
 
@@ -392,3 +404,15 @@ def test_joining_a_gcs_at_an_empty_host_is_a_config_bug_not_an_outage():
 def test_a_node_launch_that_failed_is_not_still_launching():
     v = diagnose_text("Pending:\n gpu-a10g, 1 launching\nRecent failures:\n gpu-a10g: InsufficientInstanceCapacity\n")
     assert v.diagnosis != "capacity_nodes_launching"
+
+
+def test_a_time_limit_after_checkpoints_is_a_plain_resume():
+    v = diagnose_text(
+        "[2025-04-18 05:40:02] Saving checkpoint to /scratch/run3/checkpoint-4000\n"
+        "slurmstepd: error: *** JOB 7781002 ON gpu-c203 CANCELLED AT 2025-04-18T06:00:14 DUE TO TIME LIMIT ***\n")
+    assert (v.diagnosis, v.remedy) == ("job_timeout", "resubmit")
+
+
+def test_a_batch_size_not_divisible_is_not_a_parallel_size_problem():
+    v = diagnose_text("ValueError: global batch size (30) must be divisible by micro batch size (4) times data parallel size (2)\n")
+    assert v.diagnosis != "parallel_size_does_not_divide_model"
