@@ -338,6 +338,12 @@ CASES_B = {
         "ValueError: Total number of hidden layers (30) must be divisible by pipeline parallel size (4).\n",
         "user_code", "parallel_size_does_not_divide_model", "resubmit_with_changes",
     ),
+    "ranks race on a hub cache over NFS": (
+        "  File \"/opt/venv/lib/python3.11/site-packages/huggingface_hub/file_download.py\", line 1722, in _chmod_and_move\n"
+        "    cache_dir.chmod(0o755)\n"
+        "PermissionError: [Errno 116] Stale file handle: '/nfs/shared/.cache/huggingface/hub/models--org--m/blobs'\n",
+        "storage", "stale_handle_in_shared_cache", "resubmit_with_changes",
+    ),
 }
 
 
@@ -416,3 +422,10 @@ def test_a_time_limit_after_checkpoints_is_a_plain_resume():
 def test_a_batch_size_not_divisible_is_not_a_parallel_size_problem():
     v = diagnose_text("ValueError: global batch size (30) must be divisible by micro batch size (4) times data parallel size (2)\n")
     assert v.diagnosis != "parallel_size_does_not_divide_model"
+
+
+def test_a_stale_handle_on_a_plain_output_file_is_not_a_cache_race():
+    v = diagnose_text(
+        "  File \"/home/u/train/logger.py\", line 40, in write\n    self.fh.flush()\n"
+        "OSError: [Errno 116] Stale file handle\n")
+    assert v.diagnosis == "stale_file_handle"
