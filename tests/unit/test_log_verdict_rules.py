@@ -344,6 +344,12 @@ CASES_B = {
         "PermissionError: [Errno 116] Stale file handle: '/nfs/shared/.cache/huggingface/hub/models--org--m/blobs'\n",
         "storage", "stale_handle_in_shared_cache", "resubmit_with_changes",
     ),
+    "a Docker Hub name pulled through a mirror that lacks it": (
+        "  Warning  Failed     12s (x3 over 50s)  kubelet  Failed to pull image \"busybox:1.36\": rpc error: code = NotFound "
+        "desc = failed to pull and unpack image \"docker.io/library/busybox:1.36\": failed to resolve reference: "
+        "reading manifest 1.36 from harbor.corp.example:8443/dockerhub-proxy/library/busybox: not found\n",
+        "scheduling", "image_pull_redirected_registry", "escalate_infra",
+    ),
 }
 
 
@@ -429,3 +435,11 @@ def test_a_stale_handle_on_a_plain_output_file_is_not_a_cache_race():
         "  File \"/home/u/train/logger.py\", line 40, in write\n    self.fh.flush()\n"
         "OSError: [Errno 116] Stale file handle\n")
     assert v.diagnosis == "stale_file_handle"
+
+
+def test_a_missing_tag_in_the_registry_the_job_named_is_the_owners():
+    v = diagnose_text(
+        "  Warning  Failed  9s  kubelet  Failed to pull image \"ghcr.io/acme/trainer:v9\": rpc error: code = NotFound "
+        "desc = failed to pull and unpack image \"ghcr.io/acme/trainer:v9\": failed to resolve reference "
+        "\"ghcr.io/acme/trainer:v9\": ghcr.io/acme/trainer:v9: not found\n")
+    assert (v.diagnosis, v.remedy) == ("image_pull_bad_tag", "escalate_user")
