@@ -270,12 +270,12 @@ CASES_B = {
     "PBS Pro says why a GPU job does not run yet": (
         "Job Id: 88421.pbs01\n    Job_Name = llm-ft\n    job_state = Q\n    queue = gpuq\n"
         "    comment = Not Running: Insufficient amount of resource: ngpus (R: 4 A: 0 T: 32)\n",
-        "scheduling", "queued_estimated_start", "wait",
+        "scheduling", "queued_waiting_turn", "wait",
     ),
     "Moab's priority-based start estimate": (
         "$ showstart 551902\njob 551902 requires 16 procs for 12:00:00\n\n"
         "Estimated Priority based start in        18:22:10 on Thu Jan  9 04:10:00\n",
-        "scheduling", "queued_estimated_start", "wait",
+        "scheduling", "queued_waiting_turn", "wait",
     ),
     "a pod list where the image never pulls": (
         "NAME                         READY   STATUS             RESTARTS   AGE\n"
@@ -350,6 +350,17 @@ CASES_B = {
         "reading manifest 1.36 from harbor.corp.example:8443/dockerhub-proxy/library/busybox: not found\n",
         "scheduling", "image_pull_redirected_registry", "escalate_infra",
     ),
+    "LSF's pending reasons for a GPU job": (
+        "JOBID   USER    STAT  QUEUE   FROM_HOST  EXEC_HOST  JOB_NAME  SUBMIT_TIME\n"
+        "40117   erin    PEND  gpu_p   login2                bert-mlm  Jun  3 09:12\n"
+        " PENDING REASONS:\n Job slot limit reached: 4 hosts;\n",
+        "scheduling", "queued_waiting_turn", "wait",
+    ),
+    "squeue shows the job behind higher-priority ones": (
+        "             JOBID PARTITION     NAME     USER ST       TIME  NODES NODELIST(REASON)\n"
+        "          20451177     a100q  sweep-3    frank PD       0:00      4 (Priority)\n",
+        "scheduling", "queued_waiting_turn", "wait",
+    ),
 }
 
 
@@ -371,7 +382,7 @@ def test_c10d_failing_after_its_ipv6_warning_is_not_healthy():
 
 def test_a_pbs_job_refused_at_submission_is_not_waiting():
     v = diagnose_text("$ qsub -l select=1:ngpus=16 run.pbs\nqsub: Job exceeds queue resource limits MSG=cannot satisfy queue max ngpus requirement\n")
-    assert v.diagnosis != "queued_estimated_start"
+    assert v.diagnosis != "queued_waiting_turn"
 
 
 def test_a_registry_outage_is_not_the_owners_image_to_fix():
