@@ -361,6 +361,11 @@ CASES_B = {
         "          20451177     a100q  sweep-3    frank PD       0:00      4 (Priority)\n",
         "scheduling", "queued_waiting_turn", "wait",
     ),
+    "an older coscheduling plugin waits for the group's pods": (
+        "  Warning  FailedScheduling  14s (x9 over 3m)  scheduler-plugins-scheduler  0/8 nodes are available: "
+        "cannot find enough sibling pods for PodGroup llama-ft-pg\n",
+        "scheduling", "gang_unschedulable", "wait",
+    ),
 }
 
 
