@@ -343,6 +343,15 @@ CASES.update({
         "cannot find enough sibling pods for PodGroup llama-ft-pg\n",
         "scheduling", "gang_unschedulable", "wait",
     ),
+    "PBS kills a job at its walltime": (
+        "Epoch 3 batch 1200/5000 loss 0.88\n=>> PBS: job killed: walltime 14412 exceeded limit 14400\n",
+        "scheduling", "job_timeout_no_checkpoint", "resubmit_with_changes",
+    ),
+    "LSF kills a checkpointing job at its run limit": (
+        "[INFO] saved checkpoint to /gpfs/u/run/ckpt_0040.pt\n"
+        "TERM_RUNLIMIT: job killed after reaching LSF run time limit.\nExited with exit code 140.\n",
+        "scheduling", "job_timeout", "resubmit",
+    ),
 })
 
 
