@@ -199,6 +199,162 @@ def test_a_peer_closing_its_socket_at_teardown_is_not_a_network_error():
     assert v.diagnosis != "nccl_remote_error"
 
 
+# Batch 3's capacity, scheduling, ray, storage, user_code and healthy-run rules, each on a line
+# worded as its tool prints it elsewhere.
+CASES.update({
+    "PyTorch 2.4's exit warning about the process group": (
+        "Epoch 9/9: 100%|##########| 500/500 [02:11<00:00, 3.80it/s, loss=0.412]\n"
+        "[rank1]:[W1203 08:41:17.553201982 ProcessGroupNCCL.cpp:1168] Warning: WARNING: process group has NOT been "
+        "destroyed before we destruct ProcessGroupNCCL. On normal program exit, the application should call "
+        "destroy_process_group to ensure that any pending NCCL operations have finished in this process.\n",
+        "none", "exit_warning_only", "none",
+    ),
+    "c10d falls back to IPv4 on a host without IPv6": (
+        "+ torchrun --nnodes 1 --nproc_per_node 4 pretrain.py\n"
+        "[W1011 13:02:55.991 socket.cpp:663] [c10d] The server socket cannot be initialized on [::]:41000 "
+        "(errno: 97 - Address family not supported by protocol).\n"
+        "[W1011 13:02:55.993 socket.cpp:697] [c10d] The IPv6 network addresses of (gpu-r3, 41000) cannot be "
+        "retrieved (gai error: -9 - Address family for hostname not supported).\n"
+        "iter 20 | lm loss 7.21 | 41.3 TFLOPs\n",
+        "none", "c10d_ipv6_fallback_only", "none",
+    ),
+    "Lightning's fit ended before a teardown timeout": (
+        "`Trainer.fit` stopped: `max_steps=20000` reached.\n"
+        "[rank3]:[E ProcessGroupNCCL.cpp:616] [Rank 3] Watchdog caught collective operation timeout: "
+        "WorkNCCL(SeqNum=88123, OpType=BROADCAST, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600412 "
+        "milliseconds before timing out.\n",
+        "none", "finished_then_teardown_error", "none",
+    ),
+    "an old kubelet times out mounting an NFS volume": (
+        "  Warning  FailedMount  3m (x5 over 14m)  kubelet, node-pool-a-7  Unable to mount volumes for pod "
+        "\"trainer-0_ml(0d1e-44)\": timeout expired waiting for volumes to attach or mount for pod \"ml\"/\"trainer-0\". "
+        "list of unmounted volumes=[datasets]. list of unattached volumes=[datasets token]\n"
+        "Output: mount.nfs4: No route to host\n",
+        "storage", "volume_mount_failed", "escalate_storage",
+    ),
+    "the coscheduling plugin cannot place a whole pod group": (
+        "LAST SEEN   TYPE      REASON             OBJECT               MESSAGE\n"
+        "12s         Warning   FailedScheduling   pod/ddp-worker-2     0/5 nodes are available: pre-filter pod "
+        "ddp-worker-2 cannot find enough sibling pods, current pods number: 2, minMember of group: 4\n",
+        "scheduling", "gang_unschedulable", "wait",
+    ),
+    "a Volcano job's gang waits for GPUs": (
+        "Events:\n  Type     Reason         Age                  From     Message\n"
+        "  Warning  Unschedulable  2m (x31 over 12m)    volcano  8/8 tasks in gang unschedulable: pod group is not ready, "
+        "8 Pending, 8 minAvailable; Pending: 8 Unschedulable\n",
+        "scheduling", "gang_unschedulable", "wait",
+    ),
+    "PBS Pro says why a GPU job does not run yet": (
+        "Job Id: 88421.pbs01\n    Job_Name = llm-ft\n    job_state = Q\n    queue = gpuq\n"
+        "    comment = Not Running: Insufficient amount of resource: ngpus (R: 4 A: 0 T: 32)\n",
+        "scheduling", "queued_waiting_turn", "wait",
+    ),
+    "Moab's priority-based start estimate": (
+        "$ showstart 551902\njob 551902 requires 16 procs for 12:00:00\n\n"
+        "Estimated Priority based start in        18:22:10 on Thu Jan  9 04:10:00\n",
+        "scheduling", "queued_waiting_turn", "wait",
+    ),
+    "a pod list where the image never pulls": (
+        "NAME                         READY   STATUS             RESTARTS   AGE\n"
+        "bert-ft-master-0             0/1     ImagePullBackOff   0          6m\n"
+        "bert-ft-worker-0             0/1     Init:ErrImagePull  0          6m\n",
+        "scheduling", "image_pull_backing_off", "escalate_user",
+    ),
+    "an EKS node group cannot grow past the vCPU quota": (
+        "LAST SEEN   TYPE      REASON               OBJECT              MESSAGE\n"
+        "2m          Warning   FailedScaleUp        pod/sd-finetune-0   Node scale up in zones eu-west-1b associated "
+        "with this pod failed: Instance quota exceeded. Pod is at risk of not being scheduled.\n",
+        "capacity", "capacity_scale_up_quota", "escalate_infra",
+    ),
+    "GKE has no A100s left in the zone": (
+        "  Warning  FailedScaleUp  47s (x12 over 9m)  cluster-autoscaler  Node scale up in zones asia-east1-c "
+        "associated with this pod failed: GCE out of resources. Pod is at risk of not being scheduled.\n",
+        "capacity", "capacity_scale_up_stockout", "wait",
+    ),
+    "ray status with a GPU node still launching": (
+        "======== Autoscaler status: 2025-01-04 18:11:02.113 ========\nNode status\n"
+        "---------------------------------------------------------------\nActive:\n 1 head\nPending:\n"
+        " a10g-worker, 2 launching\n cpu-worker, 1 launching\nRecent failures:\n (no failures)\n\n"
+        "Resources\n---------------------------------------------------------------\nUsage:\n 2.0/16.0 CPU\n 0B/40.00GiB memory\n",
+        "capacity", "capacity_nodes_launching", "wait",
+    ),
+    "a driver cannot reach the cluster it was told to join": (
+        "2024-08-01 09:12:40,115\tINFO worker.py:1586 -- Connecting to existing Ray cluster at address: 10.8.0.4:6379...\n"
+        "[2024-08-01 09:12:50,119 W 8812 8812] gcs_rpc_client.h:151: Failed to connect to GCS at address 10.8.0.4:6379 within 10 seconds.\n"
+        "[2024-08-01 09:13:20,121 W 8812 8812] gcs_client.cc:183: Failed to get cluster ID from GCS server: TimedOut: "
+        "Timed out while waiting for GCS to become available.\n",
+        "ray", "ray_gcs_unreachable", "escalate_infra",
+    ),
+    "a raylet gives up on a silent GCS": (
+        "[2023-03-02 11:00:41,002 C 4410 4460] (raylet) gcs_rpc_client.h:552:  Check failed: "
+        "absl::ToInt64Seconds(absl::Now() - gcs_last_alive_time_) < "
+        "::RayConfig::instance().gcs_rpc_server_reconnect_timeout_s() Failed to connect to GCS\n*** StackTrace Information ***\n",
+        "ray", "ray_gcs_unreachable", "escalate_infra",
+    ),
+    "ray job submit before the dashboard serves": (
+        "$ ray job submit --address http://10.2.0.9:8265 -- python tune.py\n"
+        "Traceback (most recent call last):\n  File \"/usr/local/bin/ray\", line 8, in <module>\n"
+        "ConnectionError: Failed to connect to Ray at address: http://10.2.0.9:8265.\n",
+        "ray", "ray_dashboard_unreachable", "resubmit",
+    ),
+    "actors keep every GPU of a Ray cluster": (
+        "(autoscaler +41s) Warning: The following resource request cannot be scheduled right now: {'CPU': 1.0, 'GPU': 1.0}. "
+        "This is likely due to all cluster resources being claimed by actors. Consider creating fewer actors or "
+        "adding more nodes to this Ray cluster.\n",
+        "ray", "ray_actors_hold_all_resources", "resubmit_with_changes",
+    ),
+    "an sbatch job killed at its wall time with no checkpoint": (
+        "rank 0: processed 18000/250000 shards\n"
+        "slurmstepd-gpu-c203: error: *** JOB 7781002 ON gpu-c203 CANCELLED AT 2025-04-18T06:00:14 DUE TO TIME LIMIT ***\n"
+        "srun: Job step aborted: Waiting up to 32 seconds for job step to finish.\n",
+        "scheduling", "job_timeout_no_checkpoint", "resubmit_with_changes",
+    ),
+    "vLLM's KV heads do not split across the pipeline": (
+        "  File \"/usr/local/lib/python3.12/site-packages/vllm/config.py\", line 612, in verify_with_parallel_config\n"
+        "    raise ValueError(\n"
+        "ValueError: Total number of hidden layers (30) must be divisible by pipeline parallel size (4).\n",
+        "user_code", "parallel_size_does_not_divide_model", "resubmit_with_changes",
+    ),
+    "ranks race on a hub cache over NFS": (
+        "  File \"/opt/venv/lib/python3.11/site-packages/huggingface_hub/file_download.py\", line 1722, in _chmod_and_move\n"
+        "    cache_dir.chmod(0o755)\n"
+        "PermissionError: [Errno 116] Stale file handle: '/nfs/shared/.cache/huggingface/hub/models--org--m/blobs'\n",
+        "storage", "stale_handle_in_shared_cache", "resubmit_with_changes",
+    ),
+    "a Docker Hub name pulled through a mirror that lacks it": (
+        "  Warning  Failed     12s (x3 over 50s)  kubelet  Failed to pull image \"busybox:1.36\": rpc error: code = NotFound "
+        "desc = failed to pull and unpack image \"docker.io/library/busybox:1.36\": failed to resolve reference: "
+        "reading manifest 1.36 from harbor.corp.example:8443/dockerhub-proxy/library/busybox: not found\n",
+        "scheduling", "image_pull_redirected_registry", "escalate_infra",
+    ),
+    "LSF's pending reasons for a GPU job": (
+        "JOBID   USER    STAT  QUEUE   FROM_HOST  EXEC_HOST  JOB_NAME  SUBMIT_TIME\n"
+        "40117   erin    PEND  gpu_p   login2                bert-mlm  Jun  3 09:12\n"
+        " PENDING REASONS:\n Job slot limit reached: 4 hosts;\n",
+        "scheduling", "queued_waiting_turn", "wait",
+    ),
+    "squeue shows the job behind higher-priority ones": (
+        "             JOBID PARTITION     NAME     USER ST       TIME  NODES NODELIST(REASON)\n"
+        "          20451177     a100q  sweep-3    frank PD       0:00      4 (Priority)\n",
+        "scheduling", "queued_waiting_turn", "wait",
+    ),
+    "an older coscheduling plugin waits for the group's pods": (
+        "  Warning  FailedScheduling  14s (x9 over 3m)  scheduler-plugins-scheduler  0/8 nodes are available: "
+        "cannot find enough sibling pods for PodGroup llama-ft-pg\n",
+        "scheduling", "gang_unschedulable", "wait",
+    ),
+    "PBS kills a job at its walltime": (
+        "Epoch 3 batch 1200/5000 loss 0.88\n=>> PBS: job killed: walltime 14412 exceeded limit 14400\n",
+        "scheduling", "job_timeout_no_checkpoint", "resubmit_with_changes",
+    ),
+    "LSF kills a checkpointing job at its run limit": (
+        "[INFO] saved checkpoint to /gpfs/u/run/ckpt_0040.pt\n"
+        "TERM_RUNLIMIT: job killed after reaching LSF run time limit.\nExited with exit code 140.\n",
+        "scheduling", "job_timeout", "resubmit",
+    ),
+})
+
+
 @pytest.mark.parametrize("name", list(CASES))
 def test_a_differently_worded_line_gets_the_same_verdict(name):
     text, family, diagnosis, remedy = CASES[name]
@@ -220,3 +376,88 @@ def test_a_pending_job_under_the_qos_is_not_a_refused_submission():
     v = diagnose_text("JOBID PARTITION NAME USER ST TIME NODES NODELIST(REASON)\n"
                       "  9001 gpu train bob PD 0:00 1 (QOSMaxGRESPerUser)\n")
     assert v.diagnosis != "submission_rejected"
+
+
+def test_c10d_failing_after_its_ipv6_warning_is_not_healthy():
+    v = diagnose_text(
+        "[W socket.cpp:663] [c10d] The client socket cannot be initialized to connect to [::1]:29500 "
+        "(errno: 97 - Address family not supported by protocol).\n"
+        "[E socket.cpp:957] [c10d] The client socket has failed to connect to any network address of (master, 29500).\n"
+        "torch.distributed.DistNetworkError: Connection refused\n")
+    assert v.family != "none"
+
+
+def test_a_pbs_job_refused_at_submission_is_not_waiting():
+    v = diagnose_text("$ qsub -l select=1:ngpus=16 run.pbs\nqsub: Job exceeds queue resource limits MSG=cannot satisfy queue max ngpus requirement\n")
+    assert v.diagnosis != "queued_waiting_turn"
+
+
+def test_a_registry_outage_is_not_the_owners_image_to_fix():
+    v = diagnose_text(
+        "  Warning  Failed   20s  kubelet  Failed to pull image \"reg.example/ml/trainer:3.1\": unexpected status "
+        "from HEAD request to https://reg.example/v2/ml/trainer/manifests/3.1: 503 Service Unavailable\n"
+        "  Normal   BackOff  5s   kubelet  Back-off pulling image \"reg.example/ml/trainer:3.1\"\n")
+    assert v.diagnosis != "image_pull_backing_off"
+
+
+def test_a_gang_held_by_a_node_selector_is_not_a_plain_wait():
+    v = diagnose_text(
+        "  Warning  Unschedulable  1m  volcano  4/4 tasks in gang unschedulable: pod group is not ready, 4 Pending, "
+        "4 minAvailable; Pending: 4 Unschedulable\n"
+        "  Warning  FailedScheduling  1m  volcano  0/6 nodes are unavailable: 6 node(s) didn't match Pod's node "
+        "affinity/selector.\n")
+    assert v.diagnosis != "gang_unschedulable"
+
+
+def test_a_kuberay_worker_that_cannot_scale_up_stays_a_ray_verdict():
+    v = diagnose_text(
+        "Normal CreatedWorkerPod: Created worker Pod ml/llm-raycluster-x7-gpu-worker-2b\n"
+        "Warning FailedScaleUp: Node scale up in zones us-east4-a associated with this pod failed: GCE quota exceeded. "
+        "Pod is at risk of not being scheduled.\n")
+    assert v.family == "ray"
+
+
+def test_a_gcs_that_was_killed_is_not_merely_unreachable():
+    v = diagnose_text(
+        "Failed to connect to GCS within 60 seconds. GCS may have been killed. It's either GCS is terminated by "
+        "`ray stop` or is killed unexpectedly.\n"
+        "[2024-02-02 03:04:05,000 W 11 11] gcs_rpc_client.h:151: Failed to connect to GCS at address 10.1.1.1:6379 within 5 seconds.\n")
+    assert v.diagnosis != "ray_gcs_unreachable"
+
+
+def test_joining_a_gcs_at_an_empty_host_is_a_config_bug_not_an_outage():
+    v = diagnose_text("+ ray start --address=:6379 --block\n"
+                      "gcs_rpc_client.h:151: Failed to connect to GCS at address :6379 within 5 seconds.\n")
+    assert v.diagnosis != "ray_gcs_unreachable"
+
+
+def test_a_node_launch_that_failed_is_not_still_launching():
+    v = diagnose_text("Pending:\n gpu-a10g, 1 launching\nRecent failures:\n gpu-a10g: InsufficientInstanceCapacity\n")
+    assert v.diagnosis != "capacity_nodes_launching"
+
+
+def test_a_time_limit_after_checkpoints_is_a_plain_resume():
+    v = diagnose_text(
+        "[2025-04-18 05:40:02] Saving checkpoint to /scratch/run3/checkpoint-4000\n"
+        "slurmstepd: error: *** JOB 7781002 ON gpu-c203 CANCELLED AT 2025-04-18T06:00:14 DUE TO TIME LIMIT ***\n")
+    assert (v.diagnosis, v.remedy) == ("job_timeout", "resubmit")
+
+
+def test_a_batch_size_not_divisible_is_not_a_parallel_size_problem():
+    v = diagnose_text("ValueError: global batch size (30) must be divisible by micro batch size (4) times data parallel size (2)\n")
+    assert v.diagnosis != "parallel_size_does_not_divide_model"
+
+
+def test_a_stale_handle_on_a_plain_output_file_is_not_a_cache_race():
+    v = diagnose_text(
+        "  File \"/home/u/train/logger.py\", line 40, in write\n    self.fh.flush()\n"
+        "OSError: [Errno 116] Stale file handle\n")
+    assert v.diagnosis == "stale_file_handle"
+
+
+def test_a_missing_tag_in_the_registry_the_job_named_is_the_owners():
+    v = diagnose_text(
+        "  Warning  Failed  9s  kubelet  Failed to pull image \"ghcr.io/acme/trainer:v9\": rpc error: code = NotFound "
+        "desc = failed to pull and unpack image \"ghcr.io/acme/trainer:v9\": failed to resolve reference "
+        "\"ghcr.io/acme/trainer:v9\": ghcr.io/acme/trainer:v9: not found\n")
+    assert (v.diagnosis, v.remedy) == ("image_pull_bad_tag", "escalate_user")
