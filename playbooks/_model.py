@@ -35,6 +35,7 @@ SignalSource = Literal[
     "named_job",      # the trigger names a job the cluster knows (a question about one job)
     "cancelled_by",   # who cancelled the job: system (uid 0), owner, other (not the owner), person (owner unknown)
     "node_ran_since", # a node whose kernel log matches `pattern` has run another job well since the failure
+    "driver_behind_peers",  # a node's NVIDIA driver (dmesg's NVRM load line, nvidia-smi) is older than its peers'
 ]
 
 Team = Literal["hardware", "network", "infra", "storage", "user", "credentials", "capacity"]
@@ -178,6 +179,7 @@ InvestigateTarget = Literal[
     "failed_peers",  # other jobs of the focus job's partition/namespace that failed in the last day
     "idle_gpu_nodes",  # GPU nodes the node listing shows in service with no running job holding GPUs
     "earlier_good_runs",  # earlier runs of the same job (same name and owner) that succeeded
+    "partition_peers",  # two in-service nodes of the job's partition that are not the job's own
 ]
 
 StepCondition = Literal[

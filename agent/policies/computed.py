@@ -300,14 +300,18 @@ def relocated_path(ev: Evidence, job: str, current: str) -> str | None:
     facts = ev.jobs.get(job)
     if not facts or not isinstance(current, str) or not current.startswith("/"):
         return None
-    own_df = [m for m in job_df_rows(ev, job) if _local_disk(m)]
+    own_df = job_df_rows(ev, job)
     best: tuple[float, str, str] | None = None
     for node in facts.nodes or [None]:
-        mounts = [m for m in ev.disks.get(node) or [] if _local_disk(m)] if node else []
-        mounts = mounts or own_df
+        seen = (ev.disks.get(node) or []) if node else []
+        seen = seen if any(_local_disk(m) for m in seen) else own_df
+        mounts = [m for m in seen if _local_disk(m)]
         if not mounts:
             return None  # a node whose disks were not seen: no guess
-        holding = max((m for m in mounts if _under(current, m["mounted_on"])), key=lambda m: len(m["mounted_on"]), default=None)
+        # The full disk may be a network one (a home directory over NFS); the room it moves to is
+        # always a local disk.
+        holding = max((m for m in seen if _under(current, m["mounted_on"]) and _writable_mount(m)),
+                      key=lambda m: len(m["mounted_on"]), default=None)
         roomiest = max(mounts, key=lambda m: m["avail_bytes"])
         if holding is None or roomiest["mounted_on"] == holding["mounted_on"]:
             return None
@@ -349,6 +353,11 @@ def _local_disk(mount: dict[str, Any]) -> bool:
     fs = str(mount.get("filesystem", ""))
     return (not _NOT_LOCAL.search(fs) and (fs.startswith("/dev/") or fs == "overlay")
             and not str(mount.get("mounted_on", "")).startswith(("/dev", "/sys", "/proc", "/run", "/boot")))
+
+
+def _writable_mount(mount: dict[str, Any]) -> bool:
+    """A mount a job's files live on (not a pseudo filesystem of the kernel's)."""
+    return not str(mount.get("mounted_on", "")).startswith(("/dev", "/sys", "/proc", "/run", "/boot"))
 
 
 def _under(path: str, mount: str) -> bool:

@@ -16,7 +16,7 @@ from typing import Any
 from crashcart.agent.policies import fanout
 from crashcart.agent.policies.capacity import demand_forecast, idle_gpus
 from crashcart.agent.policies.constraint import autoscaler_at_max, binding_constraint
-from crashcart.agent.policies.conditions import CONDITIONS, idle_gpu_nodes
+from crashcart.agent.policies.conditions import CONDITIONS, idle_gpu_nodes, partition_peers
 from crashcart.agent.policies.evidence import SUSPICIOUS, Evidence, RUNNING_STATES, build_evidence, call_key
 from crashcart.agent.policies.matching import LabelMatch, match_label, near_miss
 from crashcart.agent.policies.remedy import captured_values, compute_changes, fallback_team, plan_actions
@@ -165,6 +165,8 @@ class PlaybookPolicy:
                 targets = [{"job": j} for j in ev.upstream_jobs()]
             elif step.scope == "all_nodes":
                 targets = [{"node": n} for n, row in ev.nodes.items() if row.get("gpus")][:MAX_NODES_PER_STEP]
+            elif step.scope == "partition_peers":
+                targets = [{"node": n} for n in partition_peers(ev)]
             elif step.scope == "idle_gpu_nodes":
                 targets = [{"node": n} for n in idle_gpu_nodes(ev)[:MAX_NODES_PER_STEP]]
             elif step.scope == "earlier_good_runs":
