@@ -317,6 +317,8 @@ def relocated_path(ev: Evidence, job: str, current: str) -> str | None:
             return None
         if roomiest["avail_bytes"] < ROOMIER * max(holding["avail_bytes"], 1):
             return None
+        if roomiest["avail_bytes"] < (holding.get("size_bytes") or 0):
+            return None  # what filled the old disk would not fit on the new one either
         candidate = (roomiest["avail_bytes"], roomiest["mounted_on"], holding["mounted_on"])
         if best is not None and candidate[1] != best[1]:
             return None  # the nodes disagree on where the room is: not one path for all

@@ -1,0 +1,90 @@
+"""A node whose NVIDIA driver is behind its partition's, and a cache on a full network home moved to
+the large empty local disk the node's df shows."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+from crashcart.agent.policies.computed import relocated_path
+from crashcart.agent.policies.conditions import partition_peers
+from crashcart.agent.policies.evidence import Evidence, JobFacts, TextDoc
+from crashcart.agent.policies.matching import driver_versions, match_label
+from crashcart.playbooks import load_playbooks
+from crashcart.tools.diskfree import parse_df
+
+T0 = datetime(2026, 5, 1, tzinfo=timezone.utc)
+TOO_OLD = ("UserWarning: CUDA initialization: The NVIDIA driver on your system is too old (found version 12020). "
+           "Please update your GPU driver")
+DMESG = "[    7.402113] NVRM: loading NVIDIA UNIX x86_64 Kernel Module  {v}  Wed Oct  9 23:18:17 UTC 2024"
+SMI = "| NVIDIA-SMI {v}             Driver Version: {v}   CUDA Version: 12.8     |"
+
+
+def _ev(drivers: dict[str, str], partitions: dict[str, str] | None = None) -> Evidence:
+    ev = Evidence(now=T0, trigger={"kind": "job_failed", "job": "j1"})
+    ev.jobs = {"j1": JobFacts(job="j1", state="FAILED", nodes=["n1"], partition="p")}
+    ev.docs = [TextDoc("log", "job:j1", [TOO_OLD], "get_logs:j1")]
+    for i, (node, version) in enumerate(drivers.items()):
+        line = (DMESG if i % 2 == 0 else SMI).format(v=version)
+        ev.docs.append(TextDoc("kernel_log", f"node:{node}", [line], f"kernel_log:{node}"))
+    ev.nodes = {n: {"node": n, "gpus": 8, "state": "allocated", "partition": (partitions or {}).get(n, "p")}
+                for n in drivers}
+    return ev
+
+
+def test_driver_versions_are_read_from_dmesg_and_nvidia_smi():
+    ev = _ev({"n1": "535.216.01", "n2": "560.35.03"})
+    assert driver_versions(ev) == {"n1": (535, 216, 1), "n2": (560, 35, 3)}
+
+
+def test_a_node_behind_its_partitions_driver_branch_is_the_nodes_fault():
+    kb = load_playbooks()
+    ev = _ev({"n1": "535.216.01", "n2": "560.35.03", "n3": "560.35.03"})
+    match = match_label(kb["gpu_driver_older_than_peers"], ev)
+    assert match is not None and match.entities("node") == ["node:n1"]
+
+
+def test_a_partition_on_one_old_driver_is_the_images_fault_not_the_nodes():
+    kb = load_playbooks()
+    ev = _ev({"n1": "535.216.01", "n2": "535.216.01"})
+    assert match_label(kb["gpu_driver_older_than_peers"], ev) is None
+    assert match_label(kb["cuda_driver_too_old"], ev) is not None
+    # A newer driver in another partition says nothing about this one's.
+    ev = _ev({"n1": "535.216.01", "n2": "560.35.03"}, partitions={"n2": "other"})
+    assert match_label(kb["gpu_driver_older_than_peers"], ev) is None
+    # A patch release within the same branch is not a node left behind.
+    ev = _ev({"n1": "560.28.03", "n2": "560.35.03"})
+    assert match_label(kb["gpu_driver_older_than_peers"], ev) is None
+
+
+def test_partition_peers_are_two_in_service_nodes_of_the_jobs_partition_not_its_own():
+    ev = _ev({"n1": "1.0", "n2": "1.0", "n3": "1.0", "n4": "1.0"}, partitions={"n4": "other"})
+    ev.nodes["n3"]["state"] = "drained"
+    ev.nodes["n5"] = {"node": "n5", "gpus": 8, "state": "idle", "partition": "p"}
+    assert partition_peers(ev) == ["n2", "n5"]
+
+
+HOME_FULL = """Filesystem                Size  Used Avail Use% Mounted on
+/dev/mapper/rhel-root      80G   22G   59G  27% /
+tmpfs                     252G  1.1G  251G   1% /dev/shm
+/dev/nvme0n1              6.9T   41G  6.9T   1% /scratch_local
+filer:/export/home         50G   50G     0 100% /home/alice
+"""
+
+
+def _disk_ev(df: str) -> Evidence:
+    ev = Evidence(now=T0, trigger={"kind": "job_failed", "job": "j1"})
+    ev.jobs = {"j1": JobFacts(job="j1", state="FAILED", nodes=["n1"])}
+    ev.disks = {"n1": [m.model_dump() for m in parse_df(df)]}
+    return ev
+
+
+def test_a_cache_on_a_full_network_home_moves_to_the_large_empty_local_disk():
+    ev = _disk_ev(HOME_FULL)
+    assert relocated_path(ev, "j1", "/home/alice/.cache/huggingface") == "/scratch_local/.cache/huggingface"
+
+
+def test_no_move_to_a_disk_smaller_than_what_filled_the_old_one_nor_to_ram():
+    # Only a small root disk is local, with 9G free: what filled a 50G home would not fit there.
+    small = HOME_FULL.replace("/dev/nvme0n1              6.9T   41G  6.9T   1% /scratch_local\n", "") \
+                     .replace("80G   22G   59G  27% /", "64G   55G  9.0G  86% /")
+    assert relocated_path(_disk_ev(small), "j1", "/home/alice/.cache") is None
