@@ -201,6 +201,7 @@ def _history_after_sample(calls: list[ToolCall], ev: Evidence, candidates: list[
     settled = bool(named) and bool(sampled - named)
     batch = set() if settled else set(unsampled[:-(-len(relevant) // SAMPLING_ROUNDS)])
     sampling_left = bool(set(unsampled) - batch)
+    logs_now = any(c.tool == "kernel_log" and c.args.get("node") in relevant for c in calls)
     out = []
     for c in calls:
         node = c.args.get("node")
@@ -212,8 +213,10 @@ def _history_after_sample(calls: list[ToolCall], ev: Evidence, candidates: list[
         elif c.tool in {"gpu_metrics", "kernel_log"}:
             if settled and (node not in named or _proven_slow(ev, node)):
                 continue
-            if not settled and (sampling_left or (c.tool == "gpu_metrics" and batch)):
+            if not settled and (sampling_left or batch):
                 continue  # the samples still to come may name the node
+            if c.tool == "gpu_metrics" and logs_now:
+                continue  # the kernel logs read first may settle it; the history is the heavier read
             out.append(c)
         else:
             out.append(c)
