@@ -180,6 +180,7 @@ InvestigateTarget = Literal[
     "idle_gpu_nodes",  # GPU nodes the node listing shows in service with no running job holding GPUs
     "earlier_good_runs",  # earlier runs of the same job (same name and owner) that succeeded
     "partition_peers",  # two in-service nodes of the job's partition that are not the job's own
+    "partition_jobs",  # two other jobs of the job's partition that run or ran fine (what works there)
 ]
 
 StepCondition = Literal[
@@ -213,6 +214,7 @@ ComputedValue = Literal[
     "path_on_roomiest_disk",  # a spill/scratch path moved to the node's large empty local disk (df)
     "cpus_per_worker_that_fit",  # a Ray worker bundle's CPUs cut to what the GPU nodes have per GPU
     "toleration_for_blocking_taint",  # the toleration an earlier good run (or another replica) carries
+    "interface_peers_use",  # the network interface NCCL uses in other jobs on the same partition
 ]
 
 
@@ -226,7 +228,8 @@ class Change(Strict):
     min_value: float | str | None = None
     """A floor, in the setting's canonical unit (a memory setting takes "4Gi")."""
     compute: ComputedValue | None = None
-    """A value computed from what the tools returned; when it cannot be, nothing is guessed."""
+    """A value computed from what the tools returned; when it cannot be, nothing is guessed (or,
+    when the rule also has `set`, that value is the stated fallback)."""
     margin: float | None = None
     """compute: above_peak: how far above the peak (1.25 = 25 % headroom)."""
     along_with: str | None = None

@@ -366,6 +366,21 @@ def _under(path: str, mount: str) -> bool:
     return mount == "/" or path == mount or path.startswith(mount.rstrip("/") + "/")
 
 
+# The interface NCCL picked, as its INFO lines print it: "Bootstrap : Using ens21f0np0:10.1.2.3<0>",
+# "NET/Socket : Using [0]eth0:10.1.2.3<0>", "... OOB ens21f0np0:10.1.2.3<0>".
+_NCCL_INTERFACE = re.compile(r"NCCL INFO (?:Bootstrap ?: Using|NET/Socket ?: Using \[\d+\]|NET/IB ?: Using .*\bOOB) ?"
+                             r"([A-Za-z][\w.-]*):[\d.:a-fA-F]+<\d+>")
+
+
+def interface_peers_use(ev: Evidence, job: str, captures: dict[str, str], margin: float | None) -> Any:
+    """The interface NCCL found on other jobs of the job's partition (their own INFO lines), when
+    they all agree on one; None when none printed one or they disagree."""
+    peers = {f"job:{j}" for j in ev.partition_jobs()}
+    names = {m.group(1) for doc in ev.docs if doc.source == "log" and doc.entity in peers
+             for m in _NCCL_INTERFACE.finditer(doc.text)}
+    return names.pop() if len(names) == 1 else None
+
+
 # Values only another run of the job (or another replica) can prove: never computable from a log.
 FROM_OTHER_RUNS = {"toleration_for_blocking_taint"}
 
@@ -380,4 +395,5 @@ COMPUTE: dict[str, Callable[[Evidence, str, dict[str, str], float | None], Any]]
     "path_on_roomiest_disk": path_on_roomiest_disk,
     "cpus_per_worker_that_fit": cpus_per_worker_that_fit,
     "toleration_for_blocking_taint": toleration_for_blocking_taint,
+    "interface_peers_use": interface_peers_use,
 }

@@ -165,6 +165,8 @@ class PlaybookPolicy:
                 targets = [{"job": j} for j in ev.upstream_jobs()]
             elif step.scope == "all_nodes":
                 targets = [{"node": n} for n, row in ev.nodes.items() if row.get("gpus")][:MAX_NODES_PER_STEP]
+            elif step.scope == "partition_jobs":
+                targets = [{"job": j} for j in ev.partition_jobs()]
             elif step.scope == "partition_peers":
                 targets = [{"node": n} for n in partition_peers(ev)]
             elif step.scope == "idle_gpu_nodes":

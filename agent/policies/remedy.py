@@ -84,7 +84,7 @@ def _value_for(rule: Change, key: Key, kind: str, current: Any, ev: Evidence, jo
             value = None  # the job already had more than that peak: it is not what killed it
         if value is not None:
             return from_canonical(value, key, kind, current, raising=True)
-        if not (rule.divide or rule.multiply):
+        if not (rule.divide or rule.multiply or rule.set is not None):
             return None  # nothing to compute from: never a guess
         # The rule's arithmetic is its stated fallback (twice the limit that was hit).
     if rule.previous_checkpoint:

@@ -88,3 +88,38 @@ def test_no_move_to_a_disk_smaller_than_what_filled_the_old_one_nor_to_ram():
     small = HOME_FULL.replace("/dev/nvme0n1              6.9T   41G  6.9T   1% /scratch_local\n", "") \
                      .replace("80G   22G   59G  27% /", "64G   55G  9.0G  86% /")
     assert relocated_path(_disk_ev(small), "j1", "/home/alice/.cache") is None
+
+
+# --- NCCL_SOCKET_IFNAME from what NCCL finds in the partition's other jobs ---------------------
+
+def _ifname_ev(peer_logs: dict[str, str]) -> Evidence:
+    from crashcart.agent.policies.computed import interface_peers_use  # noqa: F401 (import check)
+
+    ev = Evidence(now=T0, trigger={"kind": "job_failed", "job": "j1"})
+    ev.jobs = {"j1": JobFacts(job="j1", state="FAILED", nodes=["n1"], partition="p")}
+    for i, (job, log) in enumerate(peer_logs.items()):
+        ev.jobs[job] = JobFacts(job=job, state="RUNNING", nodes=[f"m{i}"], partition="p")
+        ev.docs.append(TextDoc("log", f"job:{job}", log.splitlines(), f"get_logs:{job}"))
+    ev.jobs["elsewhere"] = JobFacts(job="elsewhere", state="RUNNING", nodes=["x1"], partition="other")
+    ev.docs.append(TextDoc("log", "job:elsewhere", ["x1:1:1 [0] NCCL INFO Bootstrap : Using ib0:10.0.0.1<0>"], "get_logs:elsewhere"))
+    return ev
+
+
+def test_the_interface_is_the_one_nccl_uses_in_the_partitions_other_jobs():
+    from crashcart.agent.policies.computed import interface_peers_use
+
+    ev = _ifname_ev({"a": "h:1:1 [0] NCCL INFO Bootstrap : Using ens21f0np0:10.52.8.103<0>",
+                     "b": "h:2:9 [0] NCCL INFO NET/Socket : Using [0]ens21f0np0:10.52.8.104<0>"})
+    assert ev.partition_jobs() == ["a", "b"]
+    assert interface_peers_use(ev, "j1", {}, None) == "ens21f0np0"
+    ev = _ifname_ev({"a": "h:1:1 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB [RO]; OOB bond0:10.1.1.1<0>"})
+    assert interface_peers_use(ev, "j1", {}, None) == "bond0"
+
+
+def test_peers_that_disagree_or_print_nothing_give_no_interface():
+    from crashcart.agent.policies.computed import interface_peers_use
+
+    ev = _ifname_ev({"a": "h:1:1 [0] NCCL INFO Bootstrap : Using eno1:10.9.0.17<0>",
+                     "b": "h:2:2 [0] NCCL INFO Bootstrap : Using ens3f0:10.9.4.2<0>"})
+    assert interface_peers_use(ev, "j1", {}, None) is None
+    assert interface_peers_use(_ifname_ev({"a": "step 10 loss 2.1"}), "j1", {}, None) is None
