@@ -215,6 +215,8 @@ ComputedValue = Literal[
     "cpus_per_worker_that_fit",  # a Ray worker bundle's CPUs cut to what the GPU nodes have per GPU
     "toleration_for_blocking_taint",  # the toleration an earlier good run (or another replica) carries
     "interface_peers_use",  # the network interface NCCL uses in other jobs on the same partition
+    "newest_complete_step",  # the step of the newest checkpoint saved whole
+    "newest_complete_in_resume_path",  # that checkpoint, only in a resume path that names a step
 ]
 
 

@@ -95,6 +95,22 @@ def newest_complete_checkpoint(ev: Evidence, job: str, captures: dict[str, str],
     return newest
 
 
+def newest_complete_step(ev: Evidence, job: str, captures: dict[str, str], margin: float | None) -> Any:
+    """The step of the newest checkpoint known to be whole (see newest_complete_checkpoint), for a
+    trainer that takes the step apart from its checkpoint directory (Megatron's --ckpt-step)."""
+    path = newest_complete_checkpoint(ev, job, captures, margin)
+    return _step_of(path) if isinstance(path, str) else None
+
+
+def newest_complete_in_resume_path(ev: Evidence, job: str, captures: dict[str, str], margin: float | None) -> Any:
+    """The job's resume path with the whole checkpoint's step put in, only when that path names a
+    step: a run directory (Megatron's `load`) is where the trainer finds its own tracker file."""
+    current = _resume_value(ev, job)
+    if not current or _step_of(current) is None:
+        return None
+    return newest_complete_checkpoint(ev, job, captures, margin)
+
+
 # A step number as trainers put it in checkpoint paths: checkpoint-5500, step_12000, global_step1200,
 # iter_0004000, epoch=3-step=12000.
 _STEP = re.compile(r"(?:checkpoint|ckpt|step|global_step|iter|iteration)[-_=]?(?P<n>\d+)", re.I)
@@ -396,4 +412,6 @@ COMPUTE: dict[str, Callable[[Evidence, str, dict[str, str], float | None], Any]]
     "cpus_per_worker_that_fit": cpus_per_worker_that_fit,
     "toleration_for_blocking_taint": toleration_for_blocking_taint,
     "interface_peers_use": interface_peers_use,
+    "newest_complete_step": newest_complete_step,
+    "newest_complete_in_resume_path": newest_complete_in_resume_path,
 }

@@ -49,7 +49,8 @@ def compute_changes(remedy: Remedy, ev: Evidence, job: str,
         else:
             kind = setting.kind
             # A key holding a block (DeepSpeed's `bf16: {enabled: ...}`) is not this key's value.
-            targets = [k for k in setting.keys if _config_value(config, k.key) is not None
+            # A key the config declares without a value (`ckpt_step: null`) is still one the job reads.
+            targets = [k for k in setting.keys if (_config_value(config, k.key) is not None or _declared(config, k.key))
                        and (kind == "mapping" or not isinstance(_config_value(config, k.key), dict))]
             if not targets and setting.add and not rule.only_if_present:
                 targets = [k for k in setting.keys if k.key == setting.add]
@@ -70,6 +71,13 @@ def compute_changes(remedy: Remedy, ev: Evidence, job: str,
             for key in changed_by.get(name, []):
                 changes.pop(key, None)
     return changes, notes
+
+
+def _declared(config: dict[str, Any], dotted: str) -> bool:
+    """The config names this key, whatever its value (null included)."""
+    head, _, last = dotted.rpartition(".")
+    parent = _config_value(config, head) if head else config
+    return isinstance(parent, dict) and last in parent
 
 
 def _value_for(rule: Change, key: Key, kind: str, current: Any, ev: Evidence, job: str,

@@ -123,3 +123,33 @@ def test_peers_that_disagree_or_print_nothing_give_no_interface():
                      "b": "h:2:2 [0] NCCL INFO Bootstrap : Using ens3f0:10.9.4.2<0>"})
     assert interface_peers_use(ev, "j1", {}, None) is None
     assert interface_peers_use(_ifname_ev({"a": "step 10 loss 2.1"}), "j1", {}, None) is None
+
+
+# --- a time limit during a save: resume from the newest whole checkpoint ------------------------
+
+def test_a_step_key_declared_empty_gets_the_whole_checkpoints_step_and_a_run_directory_is_left_alone():
+    from crashcart.agent.policies.evidence import Checkpoint
+    from crashcart.agent.policies.remedy import compute_changes
+
+    ev = Evidence(now=T0, trigger={"kind": "job_failed", "job": "j1"})
+    ev.jobs = {"j1": JobFacts(job="j1", state="TIMEOUT", nodes=["n1"])}
+    ev.configs = {"j1": {"load": "/ckpt/run", "ckpt_step": None}}
+    ev.progress = {"j1": ([], [Checkpoint(step=s, time=T0, path=f"/ckpt/run/iter_{s:07d}") for s in (34000, 35000, 36000)])}
+    remedy = load_playbooks()["timeout_during_checkpoint_save"].label.remedy
+    assert compute_changes(remedy, ev, "j1", {})[0] == {"ckpt_step": 35000}
+    ev.configs = {"j1": {"resume_from_checkpoint": "/ckpt/run/checkpoint-8000"}}
+    ev.progress = {"j1": ([], [Checkpoint(step=s, time=T0, path=f"/ckpt/run/checkpoint-{s}") for s in (11000, 12000)])}
+    assert compute_changes(remedy, ev, "j1", {})[0] == {"resume_from_checkpoint": "/ckpt/run/checkpoint-11000"}
+
+
+def test_a_save_that_finished_before_the_time_limit_is_not_a_cut_save():
+    kb = load_playbooks()
+    ev = Evidence(now=T0, trigger={"kind": "job_failed", "job": "j1"})
+    ev.jobs = {"j1": JobFacts(job="j1", state="TIMEOUT", nodes=["n1"])}
+    cut = ["saving checkpoint at iteration   36000 to /ckpt in torch format",
+           "slurmstepd: error: *** JOB 9 ON n1 CANCELLED AT 2026-11-21T08:06:02 DUE TO TIME LIMIT ***"]
+    ev.docs = [TextDoc("log", "job:j1", cut, "get_logs:j1")]
+    assert match_label(kb["timeout_during_checkpoint_save"], ev) is not None
+    done = cut[:1] + ["  successfully saved checkpoint from iteration   36000 to /ckpt"] + cut[1:]
+    ev.docs = [TextDoc("log", "job:j1", done, "get_logs:j1")]
+    assert match_label(kb["timeout_during_checkpoint_save"], ev) is None
