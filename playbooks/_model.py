@@ -257,6 +257,9 @@ class Remedy(Strict):
     """Tell the owner (and recommend a lasting fix) once this many attempts failed this way."""
     advice: str | None = None
     """What the report recommends, for people."""
+    while_jobs_wait: RemedyKind | None = None
+    """The remedy instead when a person asks (chat) while jobs wait in the queue right now: their
+    jobs start when the binding limit frees (`wait`), where a review with nothing waiting is `none`."""
 
 
 class OneNode(Strict):

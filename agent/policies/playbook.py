@@ -272,6 +272,9 @@ class PlaybookPolicy:
                 signals.append(f"analysis#{chart['binds']}")
         changes: dict[str, Any] = {}
         remedy_kind = remedy.kind
+        if remedy.while_jobs_wait and ev.trigger.get("kind") == "chat" and any(
+                f.state.upper() == "PENDING" for f in ev.jobs.values()):
+            remedy_kind = remedy.while_jobs_wait
         if remedy.kind == "resubmit_with_changes" and ev.focus_jobs():
             changes, notes = compute_changes(remedy, ev, ev.focus_jobs()[0], captured_values(best))
             if changes and label.job_when_fixed and not scope:

@@ -153,3 +153,11 @@ def test_a_save_that_finished_before_the_time_limit_is_not_a_cut_save():
     done = cut[:1] + ["  successfully saved checkpoint from iteration   36000 to /ckpt"] + cut[1:]
     ev.docs = [TextDoc("log", "job:j1", done, "get_logs:j1")]
     assert match_label(kb["timeout_during_checkpoint_save"], ev) is None
+
+
+# --- a capacity question asked while jobs wait -------------------------------------------------
+
+def test_the_binding_constraint_answer_is_wait_only_when_asked_while_jobs_pend():
+    kb = load_playbooks()
+    remedy = kb["capacity_binding_constraint"].label.remedy
+    assert remedy.kind == "none" and remedy.while_jobs_wait == "wait"
