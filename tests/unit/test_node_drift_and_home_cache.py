@@ -161,3 +161,25 @@ def test_the_binding_constraint_answer_is_wait_only_when_asked_while_jobs_pend()
     kb = load_playbooks()
     remedy = kb["capacity_binding_constraint"].label.remedy
     assert remedy.kind == "none" and remedy.while_jobs_wait == "wait"
+
+
+# --- a node that rejects the scheduler's credentials -------------------------------------------
+
+def _cred_ev(failures: dict[str, str]) -> Evidence:
+    ev = Evidence(now=T0, trigger={"kind": "job_failed", "job": "j1"})
+    for job, node in failures.items():
+        ev.jobs[job] = JobFacts(job=job, state="FAILED", nodes=[node, "ok1"] if job == "j1" else [node])
+        line = f"srun: error: Task launch for StepId={job}.0 failed on node {node}: Invalid job credential"
+        ev.docs.append(TextDoc("log", f"job:{job}", [line], f"get_logs:{job}"))
+    return ev
+
+
+def test_credentials_refused_on_one_node_blame_it_and_on_several_the_cluster():
+    kb = load_playbooks()
+    one = _cred_ev({"j1": "bad1", "j0": "bad1"})
+    match = match_label(kb["node_rejects_job_credential"], one)
+    assert match is not None and match.entities("node") == ["node:bad1"]
+    assert match_label(kb["cluster_rejects_job_credentials"], one) is None
+    many = _cred_ev({"j1": "bad1", "j0": "bad2"})
+    assert match_label(kb["node_rejects_job_credential"], many) is None
+    assert match_label(kb["cluster_rejects_job_credentials"], many) is not None
