@@ -108,13 +108,25 @@ def nodes_named_in_errors(ev: Evidence) -> set[str]:
     wanted = {re.compile(rf"(?<![\w.-]){re.escape(s)}(?![\w-]|\.\d)"): n for n, ss in spellings.items() for s in ss}
     focus = {f"job:{j}" for j in ev.focus_jobs()}
     found: set[str] = set()
+    own_fault: set[str] = set()
     for doc in ev.docs:
         if doc.source != "log" or doc.entity not in focus:
             continue
         for line in doc.lines:
             if SUSPICIOUS.search(line):
-                found |= {n for pattern, n in wanted.items() if n not in found and pattern.search(line)}
-    return found
+                hosts = {n for pattern, n in wanted.items() if pattern.search(line)}
+                found |= hosts
+                if not _WAITED.search(line):
+                    own_fault |= hosts
+    # A collective that timed out is every waiting rank's symptom: the hosts whose own error is
+    # something else (a CUDA error, a lost GPU) are read first when there are any.
+    return own_fault or found
+
+
+# The words of a rank that waited for another (a watchdog's or a collective's timeout), and the
+# launcher's per-task summary that every task gets once one fails (srun's "task 0: Exited ...").
+_WAITED = re.compile(r"(Watchdog caught collective operation timeout|timed? ?out|Timeout\(ms\)"
+                     r"|srun: error: \S+: tasks? [\d,-]+: (Exited with exit code \d+|Killed)\s*$)", re.I)
 
 
 def kernel_logs_first(ev: Evidence, calls: list[ToolCall], candidates: list[LabelMatch],

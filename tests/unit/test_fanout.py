@@ -134,3 +134,17 @@ def test_every_sampled_node_slow_keeps_sampling_a_wider_cause():
     ev = slow_job(sampled=["s1", "s2"])
     kept = bound(wanted, ev, [Pointing("s1", "s2")])
     assert [c.args["node"] for c in kept] == ["s3", "s4"]
+
+
+def test_hosts_that_only_waited_are_read_after_the_host_with_its_own_error():
+    from crashcart.agent.policies.evidence import TextDoc
+    from crashcart.agent.policies.fanout import nodes_named_in_errors
+
+    ev = evidence()
+    timeout = "{n}:[rank4]: [Rank 4] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=9, Timeout(ms)=600000)"
+    lines = [timeout.format(n=n) for n in ("g1", "g2")] + ["srun: error: g4: task 3: Exited with exit code 1"]
+    ev.docs.append(TextDoc("log", "job:7", lines, "get_logs:7"))
+    assert nodes_named_in_errors(ev) == {"g1", "g2", "g4"}  # nobody's own error: all of them
+    lines.append("g3:[rank9]: Process group watchdog thread terminated with exception: CUDA error: unspecified launch failure")
+    ev.docs[-1] = TextDoc("log", "job:7", lines, "get_logs:7")
+    assert nodes_named_in_errors(ev) == {"g3"}
