@@ -36,6 +36,7 @@ SignalSource = Literal[
     "named_job",      # the trigger names a job the cluster knows (a question about one job)
     "cancelled_by",   # who cancelled the job: system (uid 0), owner, other (not the owner), person (owner unknown)
     "node_ran_since", # a node whose kernel log matches `pattern` has run another job well since the failure
+    "driver_behind_peers",  # a node's NVIDIA driver (dmesg's NVRM load line, nvidia-smi) is older than its peers'
 ]
 
 Team = Literal["hardware", "network", "infra", "storage", "user", "credentials", "capacity"]
@@ -185,6 +186,9 @@ InvestigateTarget = Literal[
     "earlier_good_runs",  # earlier runs of the same job (same name and owner) that succeeded
     "owner_good_runs",  # those, then the owner's other jobs of the same partition/namespace that succeeded
     "running_peers",  # other jobs of the focus job's partition/namespace running now, its owner's first
+
+    "partition_peers",  # two in-service nodes of the job's partition that are not the job's own
+    "partition_jobs",  # two other jobs of the job's partition that run or ran fine (what works there)
 ]
 
 StepCondition = Literal[
@@ -223,6 +227,10 @@ ComputedValue = Literal[
     "probe_delay_from_startup",  # a probe delay above the server's observed start (load bar, earlier attempt)
     "storage_class_that_exists",  # a claim's missing StorageClass replaced by the one running peers bind the same claim with
     "image_the_driver_supports",  # an image whose CUDA is newer than the driver's, replaced by a known-good one that fits
+
+    "interface_peers_use",  # the network interface NCCL uses in other jobs on the same partition
+    "newest_complete_step",  # the step of the newest checkpoint saved whole
+    "newest_complete_in_resume_path",  # that checkpoint, only in a resume path that names a step
 ]
 
 
@@ -236,7 +244,8 @@ class Change(Strict):
     min_value: float | str | None = None
     """A floor, in the setting's canonical unit (a memory setting takes "4Gi")."""
     compute: ComputedValue | None = None
-    """A value computed from what the tools returned; when it cannot be, nothing is guessed."""
+    """A value computed from what the tools returned; when it cannot be, nothing is guessed (or,
+    when the rule also has `set`, that value is the stated fallback)."""
     margin: float | None = None
     """compute: above_peak: how far above the peak (1.25 = 25 % headroom)."""
     along_with: str | None = None
@@ -262,6 +271,9 @@ class Remedy(Strict):
     """Tell the owner (and recommend a lasting fix) once this many attempts failed this way."""
     advice: str | None = None
     """What the report recommends, for people."""
+    while_jobs_wait: RemedyKind | None = None
+    """The remedy instead when a person asks (chat) while jobs wait in the queue right now: their
+    jobs start when the binding limit frees (`wait`), where a review with nothing waiting is `none`."""
 
 
 class OneNode(Strict):

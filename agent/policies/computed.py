@@ -122,6 +122,22 @@ def newest_complete_checkpoint(ev: Evidence, job: str, captures: dict[str, str],
     return newest
 
 
+def newest_complete_step(ev: Evidence, job: str, captures: dict[str, str], margin: float | None) -> Any:
+    """The step of the newest checkpoint known to be whole (see newest_complete_checkpoint), for a
+    trainer that takes the step apart from its checkpoint directory (Megatron's --ckpt-step)."""
+    path = newest_complete_checkpoint(ev, job, captures, margin)
+    return _step_of(path) if isinstance(path, str) else None
+
+
+def newest_complete_in_resume_path(ev: Evidence, job: str, captures: dict[str, str], margin: float | None) -> Any:
+    """The job's resume path with the whole checkpoint's step put in, only when that path names a
+    step: a run directory (Megatron's `load`) is where the trainer finds its own tracker file."""
+    current = _resume_value(ev, job)
+    if not current or _step_of(current) is None:
+        return None
+    return newest_complete_checkpoint(ev, job, captures, margin)
+
+
 # A step number as trainers put it in checkpoint paths: checkpoint-5500, step_12000, global_step1200,
 # iter_0004000, epoch=3-step=12000.
 _STEP = re.compile(r"(?:checkpoint|ckpt|step|global_step|iter|iteration)[-_=]?(?P<n>\d+)", re.I)
@@ -344,19 +360,25 @@ def relocated_path(ev: Evidence, job: str, current: str) -> str | None:
     facts = ev.jobs.get(job)
     if not facts or not isinstance(current, str) or not current.startswith("/"):
         return None
-    own_df = [m for m in job_df_rows(ev, job) if _local_disk(m)]
+    own_df = job_df_rows(ev, job)
     best: tuple[float, str, str] | None = None
     for node in facts.nodes or [None]:
-        mounts = [m for m in ev.disks.get(node) or [] if _local_disk(m)] if node else []
-        mounts = mounts or own_df
+        seen = (ev.disks.get(node) or []) if node else []
+        seen = seen if any(_local_disk(m) for m in seen) else own_df
+        mounts = [m for m in seen if _local_disk(m)]
         if not mounts:
             return None  # a node whose disks were not seen: no guess
-        holding = max((m for m in mounts if _under(current, m["mounted_on"])), key=lambda m: len(m["mounted_on"]), default=None)
+        # The full disk may be a network one (a home directory over NFS); the room it moves to is
+        # always a local disk.
+        holding = max((m for m in seen if _under(current, m["mounted_on"]) and _writable_mount(m)),
+                      key=lambda m: len(m["mounted_on"]), default=None)
         roomiest = max(mounts, key=lambda m: m["avail_bytes"])
         if holding is None or roomiest["mounted_on"] == holding["mounted_on"]:
             return None
         if roomiest["avail_bytes"] < ROOMIER * max(holding["avail_bytes"], 1):
             return None
+        if roomiest["avail_bytes"] < (holding.get("size_bytes") or 0):
+            return None  # what filled the old disk would not fit on the new one either
         candidate = (roomiest["avail_bytes"], roomiest["mounted_on"], holding["mounted_on"])
         if best is not None and candidate[1] != best[1]:
             return None  # the nodes disagree on where the room is: not one path for all
@@ -395,8 +417,28 @@ def _local_disk(mount: dict[str, Any]) -> bool:
             and not str(mount.get("mounted_on", "")).startswith(("/dev", "/sys", "/proc", "/run", "/boot")))
 
 
+def _writable_mount(mount: dict[str, Any]) -> bool:
+    """A mount a job's files live on (not a pseudo filesystem of the kernel's)."""
+    return not str(mount.get("mounted_on", "")).startswith(("/dev", "/sys", "/proc", "/run", "/boot"))
+
+
 def _under(path: str, mount: str) -> bool:
     return mount == "/" or path == mount or path.startswith(mount.rstrip("/") + "/")
+
+
+# The interface NCCL picked, as its INFO lines print it: "Bootstrap : Using ens21f0np0:10.1.2.3<0>",
+# "NET/Socket : Using [0]eth0:10.1.2.3<0>", "... OOB ens21f0np0:10.1.2.3<0>".
+_NCCL_INTERFACE = re.compile(r"NCCL INFO (?:Bootstrap ?: Using|NET/Socket ?: Using \[\d+\]|NET/IB ?: Using .*\bOOB) ?"
+                             r"([A-Za-z][\w.-]*):[\d.:a-fA-F]+<\d+>")
+
+
+def interface_peers_use(ev: Evidence, job: str, captures: dict[str, str], margin: float | None) -> Any:
+    """The interface NCCL found on other jobs of the job's partition (their own INFO lines), when
+    they all agree on one; None when none printed one or they disagree."""
+    peers = {f"job:{j}" for j in ev.partition_jobs()}
+    names = {m.group(1) for doc in ev.docs if doc.source == "log" and doc.entity in peers
+             for m in _NCCL_INTERFACE.finditer(doc.text)}
+    return names.pop() if len(names) == 1 else None
 
 
 # Values only another run of the job (or another replica) can prove: never computable from a log.
@@ -418,4 +460,8 @@ COMPUTE: dict[str, Callable[[Evidence, str, dict[str, str], float | None], Any]]
     "probe_delay_from_startup": probe_delay_from_startup,
     "storage_class_that_exists": storage_class_that_exists,
     "image_the_driver_supports": image_the_driver_supports,
+
+    "interface_peers_use": interface_peers_use,
+    "newest_complete_step": newest_complete_step,
+    "newest_complete_in_resume_path": newest_complete_in_resume_path,
 }

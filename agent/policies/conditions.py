@@ -60,6 +60,24 @@ def idle_gpu_nodes(ev: Evidence) -> list[str]:
     ]
 
 
+# Two peers tell what a partition normally runs (its driver, its clock); more only cost calls.
+PEERS_TO_COMPARE = 2
+
+
+def partition_peers(ev: Evidence) -> list[str]:
+    """In-service nodes of the focus jobs' partitions (their pool) that the jobs did not run on:
+    what the node at fault is compared with. Busy nodes first, since they prove they work."""
+    mine = set(ev.relevant_nodes())
+    parts = {ev.jobs[j].partition for j in ev.focus_jobs() if j in ev.jobs and ev.jobs[j].partition}
+    busy = gpu_holders(ev)
+    peers = [
+        name for name, row in ev.nodes.items()
+        if name not in mine and row.get("gpus") and (not parts or row.get("partition") in parts)
+        and str(row.get("state", "")).lower().replace("-", "_") not in _OUT_OF_SERVICE
+    ]
+    return sorted(peers, key=lambda n: n not in busy)[:PEERS_TO_COMPARE]
+
+
 def part_of_a_workload(ev: Evidence) -> bool:
     """A focus job is one pod of a multi-pod workload (its id is the workload's name plus a
     suffix): its peers' pods, and the nodes they ran on, are part of the incident."""

@@ -189,6 +189,18 @@ class Evidence:
             ups += [u for u in (facts.depends_on if facts else []) if u not in ups]
         return ups
 
+    def partition_jobs(self, limit: int = 2) -> list[str]:
+        """Other jobs of the focus jobs' partitions (namespaces) that run, or ran to completion, on
+        other nodes, running first: what works on that partition (the interface NCCL finds there)."""
+        focus = self.focus_jobs()
+        partitions = {self.jobs[j].partition for j in focus if j in self.jobs and self.jobs[j].partition}
+        mine = {n for j in focus if j in self.jobs for n in self.jobs[j].nodes}
+        good = [f for j, f in self.jobs.items()
+                if j not in focus and f.partition in partitions and f.nodes and not set(f.nodes) & mine
+                and f.state.upper().split(" ")[0] in RUNNING_STATES | SUCCEEDED_STATES]
+        good.sort(key=lambda f: f.state.upper().split(" ")[0] not in RUNNING_STATES)
+        return [f.job for f in good[:limit]]
+
     def failed_peers(self, within_hours: float = 24) -> list[str]:
         """Other jobs of the focus jobs' partitions (namespaces) that failed recently, latest first:
         where a shared dependency (a secret, a mount) shows itself a second time."""

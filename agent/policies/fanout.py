@@ -108,13 +108,25 @@ def nodes_named_in_errors(ev: Evidence) -> set[str]:
     wanted = {re.compile(rf"(?<![\w.-]){re.escape(s)}(?![\w-]|\.\d)"): n for n, ss in spellings.items() for s in ss}
     focus = {f"job:{j}" for j in ev.focus_jobs()}
     found: set[str] = set()
+    own_fault: set[str] = set()
     for doc in ev.docs:
         if doc.source != "log" or doc.entity not in focus:
             continue
         for line in doc.lines:
             if SUSPICIOUS.search(line):
-                found |= {n for pattern, n in wanted.items() if n not in found and pattern.search(line)}
-    return found
+                hosts = {n for pattern, n in wanted.items() if pattern.search(line)}
+                found |= hosts
+                if not _WAITED.search(line):
+                    own_fault |= hosts
+    # A collective that timed out is every waiting rank's symptom: the hosts whose own error is
+    # something else (a CUDA error, a lost GPU) are read first when there are any.
+    return own_fault or found
+
+
+# The words of a rank that waited for another (a watchdog's or a collective's timeout), and the
+# launcher's per-task summary that every task gets once one fails (srun's "task 0: Exited ...").
+_WAITED = re.compile(r"(Watchdog caught collective operation timeout|timed? ?out|Timeout\(ms\)"
+                     r"|srun: error: \S+: tasks? [\d,-]+: (Exited with exit code \d+|Killed)\s*$)", re.I)
 
 
 def kernel_logs_first(ev: Evidence, calls: list[ToolCall], candidates: list[LabelMatch],
@@ -175,17 +187,67 @@ def one_listing(calls: list[ToolCall], ev: Evidence) -> list[ToolCall]:
     return out
 
 
+# A slow job's nodes are sampled a few at a time, so that a hot or throttled GPU stops the search:
+# the whole job is covered within this many rounds.
+SAMPLING_ROUNDS = 4
+# Throttle reasons a live sample shows that, by themselves, prove a GPU slow (not a busy GPU's
+# power cap): the node's kernel log and GPU history add nothing the remedy needs.
+_HARD_THROTTLE = re.compile(r"hw.?slowdown|thermal|power.?brake", re.I)
+
+
 def _history_after_sample(calls: list[ToolCall], ev: Evidence, candidates: list[LabelMatch]) -> list[ToolCall]:
-    """A slow or stalled job prints nothing to dmesg: its GPUs are sampled everywhere at once.
-    Their history (`gpu_metrics`, the heavier read) waits for those samples and then goes to the
-    nodes they name, or everywhere when they name none."""
-    relevant = set(ev.relevant_nodes())
+    """A slow or stalled job prints nothing to dmesg: its GPUs are sampled, a few nodes a round,
+    until a sample names a suspect. Their history (`gpu_metrics`, the heavier read) and the
+    kernel logs wait for those samples and then go to the nodes they name, or everywhere when they
+    name none; a suspect whose live sample already shows a hardware slowdown needs neither."""
+    relevant = ev.relevant_nodes()
     if len(relevant) <= 1:
         return calls
+    if ev.trigger.get("kind") != "job_stalled":
+        return _history_where_sampled(calls, ev, candidates)
+    named = suspects(ev, candidates)
+    unsampled = [n for n in relevant if call_key("nvidia_smi_query", {"node": n}) not in ev.calls]
+    sampled = set(relevant) - set(unsampled)
+    # The search stops at a suspect only beside a healthy sampled peer: when every node sampled so
+    # far is slow, the cause may be wider than one node (a rack's power feed) and sampling goes on.
+    settled = bool(named) and bool(sampled - named)
+    batch = set() if settled else set(unsampled[:-(-len(relevant) // SAMPLING_ROUNDS)])
+    sampling_left = bool(set(unsampled) - batch)
+    logs_now = any(c.tool == "kernel_log" and c.args.get("node") in relevant for c in calls)
+    out = []
+    for c in calls:
+        node = c.args.get("node")
+        if node not in relevant:
+            out.append(c)
+        elif c.tool == "nvidia_smi_query":
+            if node in batch or (not settled and len(relevant) <= 2):
+                out.append(c)
+        elif c.tool in {"gpu_metrics", "kernel_log"}:
+            if settled and (node not in named or _proven_slow(ev, node)):
+                continue
+            if not settled and (sampling_left or batch):
+                continue  # the samples still to come may name the node
+            if c.tool == "gpu_metrics" and logs_now:
+                continue  # the kernel logs read first may settle it; the history is the heavier read
+            out.append(c)
+        else:
+            out.append(c)
+    return out
+
+
+def _history_where_sampled(calls: list[ToolCall], ev: Evidence, candidates: list[LabelMatch]) -> list[ToolCall]:
+    """A running job that did not stall (a node's alert about it): the GPU history waits for the
+    live samples and goes where they point; the kernel logs, which decide the scope, all go."""
+    relevant = set(ev.relevant_nodes())
     sampling = any(c.tool == "nvidia_smi_query" and c.args.get("node") in relevant for c in calls)
     named = suspects(ev, candidates)
     return [c for c in calls if not (c.tool == "gpu_metrics" and c.args.get("node") in relevant
                                      and c.args["node"] not in named and (sampling or named))]
+
+
+def _proven_slow(ev: Evidence, node: str) -> bool:
+    """The node's latest live samples show a GPU held down by the hardware (thermal, slowdown, brake)."""
+    return any(_HARD_THROTTLE.search(r) for g in ev.telemetry.get(node, []) for r in g.throttle_reasons)
 
 
 def spans_nodes(match: LabelMatch) -> bool:

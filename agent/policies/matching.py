@@ -359,6 +359,8 @@ def signal_hits(idx: int, sig: Signal, pattern, ev: Evidence) -> list[Hit]:
         hits = _co_failure_hits(idx, sig, ev)
     elif sig.where == "node_ran_since":
         hits = _ran_since_hits(idx, sig, pattern, ev)
+    elif sig.where == "driver_behind_peers":
+        hits = _driver_behind_hits(idx, ev)
     elif sig.where == "attempts":
         for j in focus:
             facts = ev.jobs.get(j)
@@ -455,6 +457,44 @@ def _ran_since_hits(idx: int, sig: Signal, pattern, ev: Evidence) -> list[Hit]:
                 hits.append(Hit(idx, doc.entity, f"{node} has run job {f.job} ({f.state}) for {ran / 60:.0f} min "
                                 f"since the failure", f"list_jobs:{node}"))
                 break
+    return hits
+
+
+# The driver version a node runs: the kernel module's load line in dmesg, or nvidia-smi's banner.
+_DRIVER_VERSION = re.compile(
+    r"(?:NVRM: loading NVIDIA UNIX \S+ Kernel Module\s+|Driver Version:\s*)(\d+\.\d+(?:\.\d+)?)", re.I)
+
+
+def driver_versions(ev: Evidence) -> dict[str, tuple[int, ...]]:
+    """Each node's NVIDIA driver version, as its kernel log or nvidia-smi printed it (the newest load)."""
+    found: dict[str, tuple[int, ...]] = {}
+    for doc in ev.docs:
+        if doc.source == "kernel_log" and doc.entity.startswith("node:"):
+            versions = [tuple(int(p) for p in m.group(1).split(".")) for m in _DRIVER_VERSION.finditer(doc.text)]
+            if versions:
+                found[doc.entity[5:]] = versions[-1]
+    return found
+
+
+def _driver_behind_hits(idx: int, ev: Evidence) -> list[Hit]:
+    """The incident's nodes whose driver is an older branch than another node of the same
+    partition runs: a node reimaged or rolled back apart from its peers. A whole partition on one
+    old driver is not this (the image asks for too new a CUDA there)."""
+    versions = driver_versions(ev)
+    hits = []
+    for n in ev.relevant_nodes():
+        mine = versions.get(n)
+        if mine is None:
+            continue
+        part = (ev.nodes.get(n) or {}).get("partition")
+        peers = {p: v for p, v in versions.items() if p != n
+                 and (not part or not (ev.nodes.get(p) or {}).get("partition") or (ev.nodes.get(p) or {}).get("partition") == part)}
+        newer = {p: v for p, v in peers.items() if v[0] > mine[0]}
+        if newer:
+            peer, version = max(newer.items(), key=lambda kv: kv[1])
+            show = lambda v: ".".join(map(str, v))
+            hits.append(Hit(idx, f"node:{n}", f"node {n} runs NVIDIA driver {show(mine)}, {peer} runs {show(version)}",
+                            f"kernel_log:{n}"))
     return hits
 
 

@@ -16,7 +16,7 @@ from typing import Any
 from crashcart.agent.policies import fanout
 from crashcart.agent.policies.capacity import demand_forecast, idle_gpus
 from crashcart.agent.policies.constraint import autoscaler_at_max, binding_constraint
-from crashcart.agent.policies.conditions import CONDITIONS, idle_gpu_nodes
+from crashcart.agent.policies.conditions import CONDITIONS, idle_gpu_nodes, partition_peers
 from crashcart.agent.policies.evidence import SUSPICIOUS, Evidence, RUNNING_STATES, build_evidence, call_key
 from crashcart.agent.policies.matching import LabelMatch, match_label, near_miss, waits_for_config
 from crashcart.agent.policies.remedy import captured_values, compute_changes, fallback_team, plan_actions
@@ -170,6 +170,10 @@ class PlaybookPolicy:
                 targets = [{"job": j} for j in ev.upstream_jobs()]
             elif step.scope == "all_nodes":
                 targets = [{"node": n} for n, row in ev.nodes.items() if row.get("gpus")][:MAX_NODES_PER_STEP]
+            elif step.scope == "partition_jobs":
+                targets = [{"job": j} for j in ev.partition_jobs()]
+            elif step.scope == "partition_peers":
+                targets = [{"node": n} for n in partition_peers(ev)]
             elif step.scope == "idle_gpu_nodes":
                 targets = [{"node": n} for n in idle_gpu_nodes(ev)[:MAX_NODES_PER_STEP]]
             elif step.scope == "earlier_good_runs":
@@ -277,6 +281,9 @@ class PlaybookPolicy:
                 signals.append(f"analysis#{chart['binds']}")
         changes: dict[str, Any] = {}
         remedy_kind = remedy.kind
+        if remedy.while_jobs_wait and ev.trigger.get("kind") == "chat" and any(
+                f.state.upper() == "PENDING" for f in ev.jobs.values()):
+            remedy_kind = remedy.while_jobs_wait
         fixed_job = self._fixed_job(root, ev)
         if remedy.kind == "resubmit_with_changes" and fixed_job:
             changes, notes = compute_changes(remedy, ev, fixed_job, captured_values(best))

@@ -50,7 +50,8 @@ def compute_changes(remedy: Remedy, ev: Evidence, job: str,
         else:
             kind = setting.kind
             # A key holding a block (DeepSpeed's `bf16: {enabled: ...}`) is not this key's value.
-            targets = [k for k in setting.keys if _config_value(config, k.key) is not None
+            # A key the config declares without a value (`ckpt_step: null`) is still one the job reads.
+            targets = [k for k in setting.keys if (_config_value(config, k.key) is not None or _declared(config, k.key))
                        and (kind == "mapping" or not isinstance(_config_value(config, k.key), dict))]
             if not targets and setting.add and not rule.only_if_present:
                 targets = [k for k in setting.keys if k.key == setting.add]
@@ -73,6 +74,13 @@ def compute_changes(remedy: Remedy, ev: Evidence, job: str,
     return changes, notes
 
 
+def _declared(config: dict[str, Any], dotted: str) -> bool:
+    """The config names this key, whatever its value (null included)."""
+    head, _, last = dotted.rpartition(".")
+    parent = _config_value(config, head) if head else config
+    return isinstance(parent, dict) and last in parent
+
+
 def _value_for(rule: Change, key: Key, kind: str, current: Any, ev: Evidence, job: str,
                captures: dict[str, str]) -> Any:
     base = to_canonical(current, key, kind)
@@ -85,7 +93,7 @@ def _value_for(rule: Change, key: Key, kind: str, current: Any, ev: Evidence, jo
             value = None  # the job already had more than that peak: it is not what killed it
         if value is not None:
             return from_canonical(value, key, kind, current, raising=True)
-        if not (rule.divide or rule.multiply):
+        if not (rule.divide or rule.multiply or rule.set is not None):
             return None  # nothing to compute from: never a guess
         # The rule's arithmetic is its stated fallback (twice the limit that was hit).
     if rule.previous_checkpoint:

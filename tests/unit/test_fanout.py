@@ -94,3 +94,57 @@ def test_a_cluster_symptom_or_a_one_node_blame_still_probes_its_suspects():
     assert [c.args["node"] for c in bound(wanted, evidence(), symptom)] == ["g1", "g2"]
     one = [Pointing("g2", scope="cluster")]
     assert [c.args["node"] for c in bound(wanted, evidence(), one)] == ["g2"]
+
+
+# --- a slow job's GPUs, sampled a few nodes a round -------------------------------------------
+
+EIGHT = [f"s{i}" for i in range(1, 9)]
+
+
+def slow_job(sampled=(), hot=None):
+    from crashcart.tools.cluster import GpuSample
+
+    ev = Evidence(now=None, trigger={"kind": "job_stalled", "job": "7"})
+    ev.jobs["7"] = JobFacts(job="7", state="RUNNING", nodes=list(EIGHT))
+    for n in sampled:
+        ev.calls.add(call_key("nvidia_smi_query", {"node": n}))
+        reasons = ["HW Slowdown", "HW Thermal Slowdown"] if n == hot else []
+        ev.telemetry[n] = [GpuSample(index=0, temperature_c=92 if n == hot else 60, throttle_reasons=reasons)]
+    return ev
+
+
+def test_a_slow_jobs_nodes_are_sampled_a_few_a_round_and_their_kernel_logs_wait():
+    wanted = calls("nvidia_smi_query", EIGHT) + calls("kernel_log", EIGHT) + calls("gpu_metrics", EIGHT)
+    kept = bound(wanted, slow_job(), [])
+    assert [(c.tool, c.args["node"]) for c in kept] == [("nvidia_smi_query", "s1"), ("nvidia_smi_query", "s2")]
+    kept = bound(wanted, slow_job(sampled=EIGHT[:6]), [])
+    assert [(c.tool, c.args["node"]) for c in kept] == [("nvidia_smi_query", "s7"), ("nvidia_smi_query", "s8")]
+    # Every node sampled and none named: the kernel logs sweep them all, then the GPU history.
+    assert bound(wanted, slow_job(sampled=EIGHT), []) == calls("kernel_log", EIGHT)
+    assert bound(calls("gpu_metrics", EIGHT), slow_job(sampled=EIGHT), []) == calls("gpu_metrics", EIGHT)
+
+
+def test_sampling_stops_at_a_suspect_beside_a_healthy_peer_and_a_proven_hot_gpu_needs_no_more_reads():
+    wanted = calls("nvidia_smi_query", EIGHT) + calls("kernel_log", EIGHT) + calls("gpu_metrics", EIGHT)
+    assert bound(wanted, slow_job(sampled=EIGHT[:4], hot="s3"), [Pointing("s3")]) == []
+
+
+def test_every_sampled_node_slow_keeps_sampling_a_wider_cause():
+    wanted = calls("nvidia_smi_query", EIGHT)
+    ev = slow_job(sampled=["s1", "s2"])
+    kept = bound(wanted, ev, [Pointing("s1", "s2")])
+    assert [c.args["node"] for c in kept] == ["s3", "s4"]
+
+
+def test_hosts_that_only_waited_are_read_after_the_host_with_its_own_error():
+    from crashcart.agent.policies.evidence import TextDoc
+    from crashcart.agent.policies.fanout import nodes_named_in_errors
+
+    ev = evidence()
+    timeout = "{n}:[rank4]: [Rank 4] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=9, Timeout(ms)=600000)"
+    lines = [timeout.format(n=n) for n in ("g1", "g2")] + ["srun: error: g4: task 3: Exited with exit code 1"]
+    ev.docs.append(TextDoc("log", "job:7", lines, "get_logs:7"))
+    assert nodes_named_in_errors(ev) == {"g1", "g2", "g4"}  # nobody's own error: all of them
+    lines.append("g3:[rank9]: Process group watchdog thread terminated with exception: CUDA error: unspecified launch failure")
+    ev.docs[-1] = TextDoc("log", "job:7", lines, "get_logs:7")
+    assert nodes_named_in_errors(ev) == {"g3"}
