@@ -72,6 +72,12 @@ FAMILY_FORMS = {
         "gpu-b12:40110:40188 [5] NCCL WARN NET/IB : mlx5_5:1 Got async event : port error\n",
         "hardware", "ib_port_error_event", "exclude_node",
     ),
+    "a RoCE peer that never acknowledged (status 12)": (
+        "[rank5]:[W ProcessGroupNCCL.cpp:1250] Warning: NCCL logs follow\n"
+        "trn-17:5512:5601 [5] transport/net_ib.cc:1696 NCCL WARN NET/IB : Got completion from peer "
+        "10.12.3.44<51230> with status=12 opcode=1 len=0 vendor err 129 (Recv) localGid ::ffff:10.12.3.17\n",
+        "distributed", "nccl_ib_retry_exceeded", "escalate_network",
+    ),
     "py-spy: a prefetch thread's queue never filled": (
         "Process 1877: python -u train.py --cfg gpt.yaml\n"
         "Python v3.11.4 (/opt/conda/bin/python3.11)\n\n"
@@ -110,6 +116,10 @@ FAMILY_NEAR_MISSES = {
         "NCCL WARN Call to ibv_modify_qp failed with 110 Connection timed out, on dev mlx5_0:1, "
         "curr state INIT, next state RTR, local GID index 3\n",
         "nccl_ib_gid_missing",
+    ),
+    "a flushed work request (status 5) follows another failure": (
+        "NCCL WARN NET/IB : Got completion from peer 10.0.0.9<40110> with error 5, opcode 1, len 0, vendor err 249\n",
+        "nccl_ib_retry_exceeded",
     ),
     "a port coming back up is not a port error": (
         "NCCL WARN NET/IB : mlx5_1:1 Got async event : port active\n"
