@@ -78,6 +78,13 @@ FAMILY_FORMS = {
         "10.12.3.44<51230> with status=12 opcode=1 len=0 vendor err 129 (Recv) localGid ::ffff:10.12.3.17\n",
         "distributed", "nccl_ib_retry_exceeded", "escalate_network",
     ),
+    "torchrun's agent cannot reach the store it was pointed at": (
+        "W1104 02:11:40.812000 140233 torch/distributed/run.py:793] *****************************************\n"
+        "[E socket.cpp:1011] [c10d] The client socket has timed out after 900000ms while trying to connect to "
+        "(head-node.cluster.local, 29400).\n"
+        "torch.distributed.DistStoreError: Timed out after 901 seconds waiting for clients. 1/4 clients joined.\n",
+        "distributed", "rendezvous_endpoint_unreachable", "resubmit_with_changes",
+    ),
     "py-spy: a prefetch thread's queue never filled": (
         "Process 1877: python -u train.py --cfg gpt.yaml\n"
         "Python v3.11.4 (/opt/conda/bin/python3.11)\n\n"
@@ -263,7 +270,7 @@ CASES = {
         "2024-09-10 08:01:12.551 E external/xla/xla/pjrt/distributed/client.cc:121] Failed to connect to "
         "distributed JAX controller: UNAVAILABLE: failed to connect to all addresses\n"
         "RPC: /tensorflow.CoordinationService/RegisterTask\n",
-        "distributed", "coordinator_unreachable", "escalate_user",
+        "distributed", "coordinator_unreachable", "resubmit_with_changes",
     ),
     "a peer hung up while NCCL was setting up": (
         "host-7:91:120 [2] misc/socket.cc:49 NCCL WARN socketProgress: Connection closed by remote peer host-3<50412>\n"
