@@ -85,6 +85,15 @@ FAMILY_FORMS = {
         "torch.distributed.DistStoreError: Timed out after 901 seconds waiting for clients. 1/4 clients joined.\n",
         "distributed", "rendezvous_endpoint_unreachable", "resubmit_with_changes",
     ),
+    "NCCL's CUDA call refused until the fabric is up": (
+        "dgx-h100-031:88120:88120 [2] NCCL INFO NET/Plugin: Could not find: libnccl-net.so. Using internal network plugin.\n"
+        "RuntimeError: NCCL error in: /opt/pytorch/torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1275, "
+        "unhandled cuda error, NCCL version 2.14.3\n"
+        "ncclUnhandledCudaError: Call to CUDA function failed.\n"
+        "Last error:\n"
+        "Cuda failure 'system not yet initialized'\n",
+        "hardware", "fabric_manager_down", "exclude_node",
+    ),
     "py-spy: a prefetch thread's queue never filled": (
         "Process 1877: python -u train.py --cfg gpt.yaml\n"
         "Python v3.11.4 (/opt/conda/bin/python3.11)\n\n"
@@ -127,6 +136,12 @@ FAMILY_NEAR_MISSES = {
     "a flushed work request (status 5) follows another failure": (
         "NCCL WARN NET/IB : Got completion from peer 10.0.0.9<40110> with error 5, opcode 1, len 0, vendor err 249\n",
         "nccl_ib_retry_exceeded",
+    ),
+    "another CUDA failure behind the same NCCL wrapper": (
+        "ncclUnhandledCudaError: Call to CUDA function failed.\n"
+        "Last error:\n"
+        "Cuda failure 'invalid device ordinal'\n",
+        "fabric_manager_down",
     ),
     "a port coming back up is not a port error": (
         "NCCL WARN NET/IB : mlx5_1:1 Got async event : port active\n"
