@@ -94,6 +94,17 @@ FAMILY_FORMS = {
         "Cuda failure 'system not yet initialized'\n",
         "hardware", "fabric_manager_down", "exclude_node",
     ),
+    "a start-up interrupted while it sat in a JIT build": (
+        "[2024-06-01 12:00:03,114] [INFO] [real_accelerator.py:203:get_accelerator] Setting ds_accelerator to cuda\n"
+        "Using /root/.cache/torch_extensions/py310_cu121 as PyTorch extensions root...\n"
+        "Traceback (most recent call last):\n"
+        '  File "/workspace/finetune.py", line 41, in <module>\n'
+        "    engine = deepspeed.initialize(model=model, config=cfg)[0]\n"
+        '  File "/usr/lib/python3/dist-packages/torch/utils/file_baton.py", line 42, in wait\n'
+        "    time.sleep(self.wait_seconds)\n"
+        "KeyboardInterrupt\n",
+        "stuck", "interrupted_before_progress", "resubmit",
+    ),
     "py-spy: a prefetch thread's queue never filled": (
         "Process 1877: python -u train.py --cfg gpt.yaml\n"
         "Python v3.11.4 (/opt/conda/bin/python3.11)\n\n"
@@ -142,6 +153,21 @@ FAMILY_NEAR_MISSES = {
         "Last error:\n"
         "Cuda failure 'invalid device ordinal'\n",
         "fabric_manager_down",
+    ),
+    "Ctrl-C after the run had trained": (
+        "epoch 3 | step 1200 | loss 1.873 | 5.2 it/s\n"
+        "^C\n"
+        "Traceback (most recent call last):\n"
+        '  File "train.py", line 88, in <module>\n'
+        "    loss.backward()\n"
+        "KeyboardInterrupt\n",
+        "interrupted_before_progress",
+    ),
+    "an interrupt after a real error": (
+        "^CTraceback (most recent call last):\n"
+        '  File "serve.py", line 12, in <module>\n'
+        "ModuleNotFoundError: No module named 'flash_attn'\n",
+        "interrupted_before_progress",
     ),
     "a port coming back up is not a port error": (
         "NCCL WARN NET/IB : mlx5_1:1 Got async event : port active\n"
