@@ -105,6 +105,16 @@ FAMILY_FORMS = {
         "KeyboardInterrupt\n",
         "stuck", "interrupted_before_progress", "resubmit",
     ),
+    "a barrier after start-up that one rank reached too late": (
+        "Map (num_proc=16):  41%|████      | 2871000/7002113 [09:58<14:21, 4795.12 examples/s]\n"
+        "[rank5]:[E1119 04:12:09.551203 8812 ProcessGroupNCCL.cpp:616] [Rank 5] Watchdog caught collective operation "
+        "timeout: WorkNCCL(SeqNum=2, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600041 "
+        "milliseconds before timing out.\n"
+        "[rank5]:[E1119 04:12:09.551980 8812 ProcessGroupNCCL.cpp:1785] [PG ID 0 PG GUID 0(default_pg) Rank 5] "
+        "Exception (either an error or timeout) detected by watchdog at work: 2, last enqueued NCCL work: 2, "
+        "last completed NCCL work: 1.\n",
+        "distributed", "nccl_timeout_rank_late_at_startup", "resubmit_with_changes",
+    ),
     "py-spy: a prefetch thread's queue never filled": (
         "Process 1877: python -u train.py --cfg gpt.yaml\n"
         "Python v3.11.4 (/opt/conda/bin/python3.11)\n\n"
@@ -168,6 +178,21 @@ FAMILY_NEAR_MISSES = {
         '  File "serve.py", line 12, in <module>\n'
         "ModuleNotFoundError: No module named 'flash_attn'\n",
         "interrupted_before_progress",
+    ),
+    "the very first collective timed out (the ranks never talked)": (
+        "[E ProcessGroupNCCL.cpp:475] [Rank 1] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=1, "
+        "OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=1800000) ran for 1800310 milliseconds before timing out.\n",
+        "nccl_timeout_rank_late_at_startup",
+    ),
+    "a scalar all_reduce timed out deep into training": (
+        "[E ProcessGroupNCCL.cpp:475] [Rank 1] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=48211, "
+        "OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=1800000) ran for 1800310 milliseconds before timing out.\n",
+        "nccl_timeout_rank_late_at_startup",
+    ),
+    "ranks disagree on the op (a desync, not a late rank)": (
+        "[rank2]: Watchdog caught collective operation timeout: WorkNCCL(SeqNum=3, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000)\n"
+        "[rank0]: Watchdog caught collective operation timeout: WorkNCCL(SeqNum=3, OpType=ALLREDUCE, NumelIn=67108864, NumelOut=67108864, Timeout(ms)=600000)\n",
+        "nccl_timeout_rank_late_at_startup",
     ),
     "a port coming back up is not a port error": (
         "NCCL WARN NET/IB : mlx5_1:1 Got async event : port active\n"
