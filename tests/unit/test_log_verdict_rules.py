@@ -10,6 +10,218 @@ import pytest
 
 from crashcart.agent.verdict import diagnose_text
 
+# Memory, distributed, hardware and stuck forms (log batch 3): each line in another framework,
+# version or surroundings than its corpus excerpt, with a near miss that must not match.
+FAMILY_FORMS = {
+    "jaxlib's XlaRuntimeError on a GPU": (
+        "I0312 08:14:02.118 train.py:88] compiling train_step\n"
+        "jaxlib.xla_extension.XlaRuntimeError: RESOURCE_EXHAUSTED: Out of memory while trying to allocate "
+        "2147483648 bytes.\n",
+        "memory", "cuda_oom", "resubmit_with_changes",
+    ),
+    "a TPU buffer that does not fit in HBM": (
+        "2023-05-02 17:20:11.402 worker-3 Exception in thread train_loop:\n"
+        "RuntimeError: Resource exhausted: Attempting to allocate 1.25G. That was not possible. "
+        "There are 911.40M free.; (0x0x0_HBM0)\n",
+        "memory", "cuda_oom", "resubmit_with_changes",
+    ),
+    "XLA's compiler over the HBM capacity": (
+        "jax.errors.JaxRuntimeError: RESOURCE_EXHAUSTED: XLA:TPU compile permanent error. "
+        "Ran out of memory in memory space hbm. Used 33.91G of 31.75G hbm. Exceeded hbm capacity by 2.16G.\n",
+        "memory", "cuda_oom", "resubmit_with_changes",
+    ),
+    "TensorFlow's OOM when allocating a tensor": (
+        "Epoch 3/40\n"
+        "tensorflow.python.framework.errors_impl.ResourceExhaustedError: OOM when allocating tensor with "
+        "shape[64,1024,1024] and type float on /job:localhost/replica:0/task:0/device:GPU:0 by allocator GPU_0_bfc\n",
+        "memory", "cuda_oom", "resubmit_with_changes",
+    ),
+    "torch's OOM printed with the bare class name inside a Ray worker": (
+        "(RayTrainWorker pid=4410) Traceback (most recent call last):\n"
+        "(RayTrainWorker pid=4410) OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB "
+        "(GPU 0; 23.65 GiB total capacity; 21.02 GiB already allocated; 1.12 GiB free; 21.90 GiB reserved in total by PyTorch)\n",
+        "memory", "cuda_oom", "resubmit_with_changes",
+    ),
+    "the vLLM worker wrapper failing initialize_cache": (
+        "(RayWorkerWrapper pid=9131, ip=10.2.0.7) INFO 11-02 10:01:55 gpu_executor.py:122] # GPU blocks: 0, # CPU blocks: 4096\n"
+        "(RayWorkerWrapper pid=9131, ip=10.2.0.7) ERROR 11-02 10:01:55 worker_base.py:464] "
+        "Error executing method 'initialize_cache'. This might cause deadlock in distributed execution.\n",
+        "memory", "vllm_kv_cache_too_small", "resubmit_with_changes",
+    ),
+    "RoCE modify_qp refused for a GID index that is not RoCEv2": (
+        "node07:2231:2290 [3] NCCL INFO NET/IB : Using [0]mlx5_2:1/RoCE [1]mlx5_3:1/RoCE ; OOB eth1:10.4.1.7<0>\n"
+        "node07:2231:2290 [3] misc/ibvwrap.cc:307 NCCL WARN Call to ibv_modify_qp failed with 22 Invalid argument, "
+        "on dev mlx5_2:1, curr state INIT, next state RTR, local GID index 1, local GID ::, remote GID ::\n"
+        "node07:2231:2290 [3] NCCL INFO transport/net_ib.cc:1082 -> 2\n",
+        "distributed", "nccl_ib_gid_missing", "resubmit_with_changes",
+    ),
+    "an empty GID table entry": (
+        "NCCL WARN Call to ibv_modify_qp failed with 61 No data available, on dev rocep65s0f0:1\n"
+        "torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1970, unhandled system error\n",
+        "distributed", "nccl_ib_gid_missing", "resubmit_with_changes",
+    ),
+    "NCCL's socket layer refused the address family": (
+        "gpu-0:811:811 [0] NCCL INFO Bootstrap : Using eth0:10.0.0.4<0>\n"
+        "gpu-0:811:860 [0] misc/socket.cc:50 NCCL WARN Socket creation failed : Address family not supported by protocol\n",
+        "distributed", "nccl_socket_ifname_missing", "resubmit_with_changes",
+    ),
+    "an HCA port in error under a running job": (
+        "[2024-02-11 03:12:44] iteration 5120/100000 | lm loss 2.113\n"
+        "gpu-b12:40110:40188 [5] NCCL WARN NET/IB : mlx5_5:1 Got async event : port error\n"
+        "gpu-b12:40110:40188 [5] NCCL WARN NET/IB : mlx5_5:1 Got async event : port active\n"
+        "gpu-b12:40110:40188 [5] NCCL WARN NET/IB : mlx5_5:1 Got async event : port error\n",
+        "hardware", "ib_port_error_event", "exclude_node",
+    ),
+    "a RoCE peer that never acknowledged (status 12)": (
+        "[rank5]:[W ProcessGroupNCCL.cpp:1250] Warning: NCCL logs follow\n"
+        "trn-17:5512:5601 [5] transport/net_ib.cc:1696 NCCL WARN NET/IB : Got completion from peer "
+        "10.12.3.44<51230> with status=12 opcode=1 len=0 vendor err 129 (Recv) localGid ::ffff:10.12.3.17\n",
+        "distributed", "nccl_ib_retry_exceeded", "escalate_network",
+    ),
+    "torchrun's agent cannot reach the store it was pointed at": (
+        "W1104 02:11:40.812000 140233 torch/distributed/run.py:793] *****************************************\n"
+        "[E socket.cpp:1011] [c10d] The client socket has timed out after 900000ms while trying to connect to "
+        "(head-node.cluster.local, 29400).\n"
+        "torch.distributed.DistStoreError: Timed out after 901 seconds waiting for clients. 1/4 clients joined.\n",
+        "distributed", "rendezvous_endpoint_unreachable", "resubmit_with_changes",
+    ),
+    "NCCL's CUDA call refused until the fabric is up": (
+        "dgx-h100-031:88120:88120 [2] NCCL INFO NET/Plugin: Could not find: libnccl-net.so. Using internal network plugin.\n"
+        "RuntimeError: NCCL error in: /opt/pytorch/torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1275, "
+        "unhandled cuda error, NCCL version 2.14.3\n"
+        "ncclUnhandledCudaError: Call to CUDA function failed.\n"
+        "Last error:\n"
+        "Cuda failure 'system not yet initialized'\n",
+        "hardware", "fabric_manager_down", "exclude_node",
+    ),
+    "a start-up interrupted while it sat in a JIT build": (
+        "[2024-06-01 12:00:03,114] [INFO] [real_accelerator.py:203:get_accelerator] Setting ds_accelerator to cuda\n"
+        "Using /root/.cache/torch_extensions/py310_cu121 as PyTorch extensions root...\n"
+        "Traceback (most recent call last):\n"
+        '  File "/workspace/finetune.py", line 41, in <module>\n'
+        "    engine = deepspeed.initialize(model=model, config=cfg)[0]\n"
+        '  File "/usr/lib/python3/dist-packages/torch/utils/file_baton.py", line 42, in wait\n'
+        "    time.sleep(self.wait_seconds)\n"
+        "KeyboardInterrupt\n",
+        "stuck", "interrupted_before_progress", "resubmit",
+    ),
+    "a barrier after start-up that one rank reached too late": (
+        "Map (num_proc=16):  41%|████      | 2871000/7002113 [09:58<14:21, 4795.12 examples/s]\n"
+        "[rank5]:[E1119 04:12:09.551203 8812 ProcessGroupNCCL.cpp:616] [Rank 5] Watchdog caught collective operation "
+        "timeout: WorkNCCL(SeqNum=2, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600041 "
+        "milliseconds before timing out.\n"
+        "[rank5]:[E1119 04:12:09.551980 8812 ProcessGroupNCCL.cpp:1785] [PG ID 0 PG GUID 0(default_pg) Rank 5] "
+        "Exception (either an error or timeout) detected by watchdog at work: 2, last enqueued NCCL work: 2, "
+        "last completed NCCL work: 1.\n",
+        "distributed", "nccl_timeout_rank_late_at_startup", "resubmit_with_changes",
+    ),
+    "py-spy: a prefetch thread's queue never filled": (
+        "Process 1877: python -u train.py --cfg gpt.yaml\n"
+        "Python v3.11.4 (/opt/conda/bin/python3.11)\n\n"
+        "Thread 1877 (idle): \"MainThread\"\n"
+        "    wait (threading.py:327)\n"
+        "    get (queue.py:171)\n"
+        "    __next__ (megatron/core/datasets/prefetch.py:91)\n"
+        "    train_step (pretrain.py:412)\n",
+        "stuck", "dataloader_wait_stack", "resubmit",
+    ),
+    "a traceback printed at kill time inside an iterator's get": (
+        "^CTraceback (most recent call last):\n"
+        '  File "/app/train.py", line 210, in <module>\n'
+        "    for batch in loader:\n"
+        '  File "/app/data/background.py", line 58, in __next__\n'
+        "    item = self._queue.get()\n"
+        '  File "/usr/lib/python3.10/queue.py", line 171, in get\n'
+        "    self.not_empty.wait()\n"
+        "KeyboardInterrupt\n",
+        "stuck", "dataloader_wait_stack", "resubmit",
+    ),
+}
+
+# Lines that look alike but are another thing: (text, a diagnosis the verdict must not be).
+FAMILY_NEAR_MISSES = {
+    "gRPC's RESOURCE_EXHAUSTED for a message too large": (
+        "grpc._channel._InactiveRpcError: status = StatusCode.RESOURCE_EXHAUSTED details = "
+        "\"Received message larger than max (8388608 vs. 4194304)\"\n",
+        "cuda_oom",
+    ),
+    "Ray's own host-memory OutOfMemoryError": (
+        "ray.exceptions.OutOfMemoryError: Task was killed due to the node running low on memory.\n",
+        "cuda_oom",
+    ),
+    "a modify_qp that timed out (a route, not the GID)": (
+        "NCCL WARN Call to ibv_modify_qp failed with 110 Connection timed out, on dev mlx5_0:1, "
+        "curr state INIT, next state RTR, local GID index 3\n",
+        "nccl_ib_gid_missing",
+    ),
+    "a flushed work request (status 5) follows another failure": (
+        "NCCL WARN NET/IB : Got completion from peer 10.0.0.9<40110> with error 5, opcode 1, len 0, vendor err 249\n",
+        "nccl_ib_retry_exceeded",
+    ),
+    "another CUDA failure behind the same NCCL wrapper": (
+        "ncclUnhandledCudaError: Call to CUDA function failed.\n"
+        "Last error:\n"
+        "Cuda failure 'invalid device ordinal'\n",
+        "fabric_manager_down",
+    ),
+    "Ctrl-C after the run had trained": (
+        "epoch 3 | step 1200 | loss 1.873 | 5.2 it/s\n"
+        "^C\n"
+        "Traceback (most recent call last):\n"
+        '  File "train.py", line 88, in <module>\n'
+        "    loss.backward()\n"
+        "KeyboardInterrupt\n",
+        "interrupted_before_progress",
+    ),
+    "an interrupt after a real error": (
+        "^CTraceback (most recent call last):\n"
+        '  File "serve.py", line 12, in <module>\n'
+        "ModuleNotFoundError: No module named 'flash_attn'\n",
+        "interrupted_before_progress",
+    ),
+    "the very first collective timed out (the ranks never talked)": (
+        "[E ProcessGroupNCCL.cpp:475] [Rank 1] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=1, "
+        "OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=1800000) ran for 1800310 milliseconds before timing out.\n",
+        "nccl_timeout_rank_late_at_startup",
+    ),
+    "a scalar all_reduce timed out deep into training": (
+        "[E ProcessGroupNCCL.cpp:475] [Rank 1] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=48211, "
+        "OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=1800000) ran for 1800310 milliseconds before timing out.\n",
+        "nccl_timeout_rank_late_at_startup",
+    ),
+    "ranks disagree on the op (a desync, not a late rank)": (
+        "[rank2]: Watchdog caught collective operation timeout: WorkNCCL(SeqNum=3, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000)\n"
+        "[rank0]: Watchdog caught collective operation timeout: WorkNCCL(SeqNum=3, OpType=ALLREDUCE, NumelIn=67108864, NumelOut=67108864, Timeout(ms)=600000)\n",
+        "nccl_timeout_rank_late_at_startup",
+    ),
+    "a port coming back up is not a port error": (
+        "NCCL WARN NET/IB : mlx5_1:1 Got async event : port active\n"
+        "NCCL WARN NET/IB : mlx5_1:1 Got async event : client reregistration\n",
+        "ib_port_error_event",
+    ),
+    "a queue.get under a function that is not an iterator": (
+        "Thread 22 (idle): \"log-writer\"\n"
+        "    wait (threading.py:327)\n"
+        "    get (queue.py:171)\n"
+        "    run (metrics/writer.py:40)\n",
+        "dataloader_wait_stack",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(FAMILY_FORMS))
+def test_a_family_form_in_other_surroundings_gets_its_verdict(name):
+    text, family, diagnosis, remedy = FAMILY_FORMS[name]
+    v = diagnose_text(text)
+    assert (v.family, v.diagnosis, v.remedy) == (family, diagnosis, remedy), v.evidence
+
+
+@pytest.mark.parametrize("name", list(FAMILY_NEAR_MISSES))
+def test_a_near_miss_does_not_get_the_rule(name):
+    text, not_this = FAMILY_NEAR_MISSES[name]
+    assert diagnose_text(text).diagnosis != not_this
+
+
 CASES = {
     "sbatch refuses a node configuration": (
         "$ sbatch --gres=gpu:a100:8 -N 4 train.sh\n"
@@ -124,7 +336,7 @@ CASES = {
         "2024-09-10 08:01:12.551 E external/xla/xla/pjrt/distributed/client.cc:121] Failed to connect to "
         "distributed JAX controller: UNAVAILABLE: failed to connect to all addresses\n"
         "RPC: /tensorflow.CoordinationService/RegisterTask\n",
-        "distributed", "coordinator_unreachable", "escalate_user",
+        "distributed", "coordinator_unreachable", "resubmit_with_changes",
     ),
     "a peer hung up while NCCL was setting up": (
         "host-7:91:120 [2] misc/socket.cc:49 NCCL WARN socketProgress: Connection closed by remote peer host-3<50412>\n"
