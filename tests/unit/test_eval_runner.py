@@ -153,10 +153,10 @@ def test_an_empty_folder_gives_an_empty_report(tmp_path):
 
 # Issue 9's bars: the whole suite >= 95 % (over budget counts as a failure), the blind-3
 # holdout (60 incidents nobody here had seen; first run 14/60 with 13 forbidden actions, see
-# evals/BLIND-3.md) >= 85 %, and no forbidden action anywhere. Beyond the bars the holdout is held
+# evals/BLIND-3.md) >= 85 %, blind-4 likewise, and no forbidden action anywhere. Beyond the bars the holdout is held
 # to what it has reached, a floor that only ever rises: a holdout case that passes cannot start
 # failing unnoticed.
-HOLDOUT_FLOOR_PASSED = 113
+HOLDOUT_FLOOR_PASSED = 178
 HOLDOUT_MOST_FORBIDDEN = 0
 
 
@@ -176,6 +176,9 @@ def test_the_bundled_suite_meets_the_bar():
         [r.violations for r in holdout if r.violations]
     blind3 = [r for r in holdout if "blind-3" in r.tags]
     assert len(blind3) >= 60 and sum(r.passed for r in blind3) >= 0.85 * len(blind3), not_passed
+    # blind-4 (66 more, first run 33/66 with 4 forbidden actions, see evals/BLIND-4.md): the same bar.
+    blind4 = [r for r in holdout if "blind-4" in r.tags]
+    assert len(blind4) >= 66 and sum(r.passed for r in blind4) >= 0.85 * len(blind4), not_passed
     assert s.passed >= 0.95 * s.total, not_passed
     # Issue 3's bar: distinct in substance, a blind holdout of its own.
     from crashcart.evals.coverage import combination, duplicates

@@ -651,7 +651,9 @@ def test_a_node_launch_that_failed_is_not_still_launching():
 def test_a_time_limit_after_checkpoints_is_a_plain_resume():
     v = diagnose_text(
         "[2025-04-18 05:40:02] Saving checkpoint to /scratch/run3/checkpoint-4000\n"
+        "[2025-04-18 05:41:37] Model weights saved in /scratch/run3/checkpoint-4000/model.safetensors\n"
         "slurmstepd: error: *** JOB 7781002 ON gpu-c203 CANCELLED AT 2025-04-18T06:00:14 DUE TO TIME LIMIT ***\n")
+    # The save finished before the limit (a save only begun is timeout_during_checkpoint_save's).
     assert (v.diagnosis, v.remedy) == ("job_timeout", "resubmit")
 
 
