@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import json
 import multiprocessing
+import multiprocessing.process
 import os
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -83,6 +85,7 @@ def _cli(args: list[str], env: dict[str, str], out: str, lasting_in: str | None)
 
 
 _CTX = None
+_STARTING = threading.Lock()
 REPORT: list[str] = []
 """Counts the reliability tests measured, printed at the end of the run (conftest.py)."""
 
@@ -100,7 +103,14 @@ def start(args: list[str], out: Path, *, env: dict[str, str] | None = None, last
     env = {"COLUMNS": "1000", "NO_COLOR": "1", "TERM": "dumb", **(env or {})}
     p = _context().Process(target=_cli, args=([str(a) for a in args], env, str(out),
                                               str(lasting_in) if lasting_in else None))
-    p.start()
+    # Process.start() first polls every child the module knows of, from the starting thread.
+    # With the forkserver, a poll reads the child's exit code off a pipe once: a thread starting
+    # a process could read another thread's child's code just before that thread's join read
+    # the pipe, and the join then found it empty and reported 255 ("the forkserver died")
+    # instead of the -9 the child really died of. Each child is its own thread's alone.
+    with _STARTING:
+        p.start()
+        multiprocessing.process._children.discard(p)
     return p
 
 
