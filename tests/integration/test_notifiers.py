@@ -79,12 +79,9 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture
-def smtp_server():
-    """A real SMTP server (aiosmtpd) on loopback that takes AUTH LOGIN/PLAIN with one password."""
-    from aiosmtpd.controller import Controller
+def _inbox_class():
+    """An aiosmtpd handler that keeps what it receives (aiosmtpd imported only where used)."""
     from aiosmtpd.handlers import Message
-    from aiosmtpd.smtp import AuthResult
 
     class Inbox(Message):
         def __init__(self):
@@ -93,6 +90,17 @@ def smtp_server():
 
         def handle_message(self, message):
             self.messages.append(message)
+
+    return Inbox
+
+
+@pytest.fixture
+def smtp_server():
+    """A real SMTP server (aiosmtpd) on loopback that takes AUTH LOGIN/PLAIN with one password."""
+    from aiosmtpd.controller import Controller
+    from aiosmtpd.smtp import AuthResult
+
+    Inbox = _inbox_class()
 
     def authenticator(server, session, envelope, mechanism, auth_data):
         ok = auth_data.login == b"crashcart" and auth_data.password == PASSWORD.encode()
@@ -320,15 +328,8 @@ def test_watch_retries_a_dead_lettered_webhook_at_every_poll_until_it_gets_throu
 
 def test_watch_retries_email_when_the_smtp_server_comes_back(tmp_path):
     from aiosmtpd.controller import Controller
-    from aiosmtpd.handlers import Message
 
-    class Inbox(Message):
-        def __init__(self):
-            super().__init__()
-            self.messages = []
-
-        def handle_message(self, message):
-            self.messages.append(message)
+    Inbox = _inbox_class()
 
     port = _free_port()  # nothing listens there yet
     watcher = _watcher(tmp_path, [{"kind": "email", "host": "127.0.0.1", "port": port, "sender": "c@example.org",
