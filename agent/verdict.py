@@ -24,6 +24,7 @@ from crashcart.agent.policies.matching import match_label
 from crashcart.agent.policies.playbook import SUSPICIOUS
 from crashcart.agent.policies.computed import FROM_OTHER_RUNS
 from crashcart.agent.policies.remedy import parse_number, captured_values, fallback_team
+from crashcart.agent.rank_progress import ranks_out_of_step
 from crashcart.playbooks import Change, KnowledgeBase, load_playbooks
 
 TEXT_KINDS = ("log", "kernel_log", "events", "describe", "status_message")
@@ -256,6 +257,17 @@ def diagnose_text(text: str, source: str | None = None, kb: KnowledgeBase | None
             summary=f"The step counter stopped advancing {minutes:.0f} min before the log's last line while "
             "the process kept printing: a stall, not a finished run. Restart from the last checkpoint; "
             "a second stall at the same step points at the code or data.",
+            source=source,
+        )
+    if not matches and (apart := ranks_out_of_step(lines)):
+        last, evidence = apart
+        where = ", ".join(f"rank {r} at {n}" for r, n in sorted(last.items()))
+        return Verdict(
+            family="stuck", diagnosis="ranks_out_of_step", remedy="escalate_user", retriable=False,
+            confidence=0.45, evidence=evidence,
+            summary=f"The log stops with the ranks apart ({where}) and no error or end of training: the "
+            "ranks ahead wait in a collective for one doing other work (an uneven data shard, a "
+            "rank-dependent branch). A restart hangs the same way; the owner evens out the work per rank.",
             source=source,
         )
     if not matches:
