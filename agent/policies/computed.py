@@ -10,6 +10,7 @@ import re
 from difflib import SequenceMatcher
 from typing import Any, Callable
 
+from crashcart.agent.policies.allocation import gpus_each_node
 from crashcart.agent.policies.config_keys import load_key_table, parse_duration, parse_size
 from crashcart.agent.policies.evidence import Evidence
 from crashcart.agent.policies.matching import _config_value
@@ -67,12 +68,8 @@ _BROKEN = re.compile(r"(corrupt|truncat|incomplete|unexpected EOF|invalid load k
 
 
 def gpus_per_node(ev: Evidence, job: str, captures: dict[str, str], margin: float | None) -> Any:
-    """The GPUs the scheduler really gave each node: one process per GPU."""
-    facts = ev.jobs.get(job)
-    if not facts or not facts.gpus or not facts.nodes:
-        return None
-    per, rest = divmod(facts.gpus, len(facts.nodes))
-    return per if per and not rest else None
+    """The GPUs the scheduler really gave each node (each pod): one process per GPU."""
+    return gpus_each_node(ev, job)
 
 
 def above_peak(ev: Evidence, job: str, captures: dict[str, str], margin: float | None) -> Any:
@@ -226,27 +223,43 @@ def partition_max_time(ev: Evidence, job: str, captures: dict[str, str], margin:
 
 
 def cpus_left_for_gpu_actors(ev: Evidence, job: str, captures: dict[str, str], margin: float | None) -> Any:
-    """The CPU stages' concurrency that leaves every GPU its actor's CPUs: the cluster's CPUs (Ray
-    Data's accounting line) less one actor per GPU times the CPUs each asks for (the autoscaler's
-    pending bundle). None when the accounting is missing or the stage is already below that."""
+    """Each CPU stage's concurrency that leaves every GPU its actor's CPUs, by the stage's path in
+    the job's config: the cluster's CPUs (Ray Data's accounting line) less one actor per GPU times
+    the CPUs each asks for (the autoscaler's pending bundle) is what the CPU stages may hold
+    together, each task or actor taking its stage's num_cpus (one when it names none). Stages with
+    a concurrency share it in proportion to what they ask now; a stage without one (unbounded)
+    gets what the others leave. Empty when the accounting is missing or the stages already fit."""
     try:
         total, gpus = float(captures["cpus_total"]), float(captures["gpus_total"])
         each = float(captures.get("cpu_each") or 1)
     except (KeyError, ValueError):
-        return None
+        return {}
     config = ev.configs.get(job, {})
-    table = load_key_table().settings
-    found = next(((k.key, v) for k in table["ray_data_cpu_stage_concurrency"].keys
-                  if isinstance(v := _config_value(config, k.key), (int, float)) and not isinstance(v, bool)), None)
-    key, current = found if found else (None, None)
-    # Each of the stage's tasks or actors takes its own num_cpus (the stage's own key first:
-    # preprocess_concurrency goes with preprocess_num_cpus), one CPU when it names none.
-    stage = key.rsplit("_concurrency", 1)[0] if key else None
-    sizes = [(k.key, v) for k in table["ray_data_cpu_stage_cpus"].keys
-             if isinstance(v := _config_value(config, k.key), (int, float)) and not isinstance(v, bool) and v > 0]
-    per_task = next((v for k, v in sizes if stage and k.startswith(f"{stage}_")), sizes[0][1] if len(sizes) == 1 else 1)
-    left = int((total - gpus * each) // per_task)
-    return left if left >= 1 and (current is None or left < current) else None
+    table = load_key_table()
+    stages = {f.path: f.value for f in table.find(config, "ray_data_cpu_stage_concurrency")
+              if f.value is None or (isinstance(f.value, (int, float)) and not isinstance(f.value, bool))}
+    sizes = [(f.path, f.value) for f in table.find(config, "ray_data_cpu_stage_cpus")
+             if isinstance(f.value, (int, float)) and not isinstance(f.value, bool) and f.value > 0]
+
+    def cpus(path: str) -> float:
+        # The stage's own key first: preprocess_concurrency goes with preprocess_num_cpus,
+        # tokenize.concurrency with tokenize.num_cpus.
+        stage = path[: -len("concurrency")] if path.endswith("concurrency") else None
+        return next((v for k, v in sizes if stage and k.startswith(stage)), sizes[0][1] if len(sizes) == 1 else 1)
+
+    left = total - gpus * each
+    asked = {p: v * cpus(p) for p, v in stages.items() if v is not None}
+    unbounded = [p for p, v in stages.items() if v is None]
+    if len(unbounded) > 1:
+        return {}  # how to split the CPUs between stages that ask for all of them is the owner's call
+    if unbounded:
+        cap = int((left - sum(asked.values())) // cpus(unbounded[0]))
+        return {unbounded[0]: cap} if cap >= 1 else {}
+    if not asked or sum(asked.values()) <= left:
+        return {}
+    share = left / sum(asked.values())
+    caps = {p: int(stages[p] * share) for p in asked}
+    return {p: cap for p, cap in caps.items() if 1 <= cap < stages[p]}
 
 
 def cpus_per_worker_that_fit(ev: Evidence, job: str, captures: dict[str, str], margin: float | None) -> Any:
@@ -440,6 +453,9 @@ def interface_peers_use(ev: Evidence, job: str, captures: dict[str, str], margin
              for m in _NCCL_INTERFACE.finditer(doc.text)}
     return names.pop() if len(names) == 1 else None
 
+
+# Computes that give each key of the setting its own value, by the key's path in the job's config.
+PER_KEY = {"cpus_left_for_gpu_actors"}
 
 # Values only another run of the job (or another replica) can prove: never computable from a log.
 FROM_OTHER_RUNS = {"toleration_for_blocking_taint", "rdma_devices_of_good_run"}

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import math
 import re
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Iterator, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -41,9 +42,17 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+# What a sibling of a key named by its shape must hold: `zero` absent, null or 0 (a Ray Data
+# stage without `num_gpus` is a CPU stage); `declared` present, null included.
+SiblingTest = Literal["zero", "declared"]
+
+
 class Key(Strict):
     key: str
-    """Dotted path into the job's config (`resources.limits.memory`, `env.NAME`)."""
+    """Dotted path into the job's config (`resources.limits.memory`, `env.NAME`). A `*` segment
+    stands for any one name (a Ray Data stage: `*.concurrency`)."""
+    siblings: dict[str, SiblingTest] = Field(default_factory=dict)
+    """For a key named by its shape: what the other keys of its block must hold."""
     unit: Unit | None = None
     """How this key writes the value; the setting's kind decides when not given."""
     means: str | None = None
@@ -62,6 +71,12 @@ class Setting(Strict):
     @model_validator(mode="after")
     def _units_fit(self) -> Setting:
         for k in self.keys:
+            segments = k.key.split(".")
+            if any("*" in seg and seg != "*" for seg in segments) or segments[-1] == "*":
+                raise ValueError(f"key {k.key!r}: `*` stands for one whole segment, and never the last")
+            if k.siblings and "*" not in segments:
+                raise ValueError(f"key {k.key!r}: `siblings` is for a key named by its shape (a `*` segment)")
+        for k in self.keys:
             unit = k.unit or DEFAULT_UNIT[self.kind]
             if unit not in UNITS_OF_KIND[self.kind]:
                 raise ValueError(f"key {k.key!r}: unit {unit!r} does not fit a {self.kind} setting")
@@ -72,8 +87,39 @@ class Setting(Strict):
         return self
 
 
+class EnvRule(Strict):
+    """Where a job carries its environment variables: a key `env.NAME` (the table's or a
+    playbook's literal one) means the variable NAME in whichever of these blocks the job has."""
+
+    blocks: list[str]
+    """The blocks jobs keep variables in, dotted (`env`, a Ray job's `runtime_env.env_vars`)."""
+    add_to: dict[Literal["slurm", "kubernetes", "ray"], str]
+    """The block a new variable goes to when the job has none, per backend (one of `blocks`)."""
+
+    @model_validator(mode="after")
+    def _known_blocks(self) -> EnvRule:
+        for backend, block in self.add_to.items():
+            if block not in self.blocks:
+                raise ValueError(f"add_to.{backend}: {block!r} is not one of the env blocks {self.blocks}")
+        return self
+
+
+@dataclass(frozen=True)
+class Found:
+    """A table key as one job's config spells it."""
+
+    path: str
+    """Where the config keeps it, dotted: the key a change writes (`deepspeed.train_micro_batch_size_per_gpu`)."""
+    value: Any
+    key: Key
+    """The table's key it answers to (its unit, its spelling of values)."""
+
+
 class KeyTable(Strict):
     settings: dict[str, Setting]
+    nesting_blocks: list[str] = Field(default_factory=list)
+    """Blocks a framework nests its own settings in: a table key is found under any chain of them."""
+    env: EnvRule | None = None
     bf16_gpu_models: list[str] = Field(default_factory=list)
 
     @model_validator(mode="after")
@@ -93,10 +139,87 @@ class KeyTable(Strict):
                 return name
         return None
 
+    def find(self, config: dict[str, Any], setting: str) -> list[Found]:
+        """Every key of a setting the job's config has (null values included: a declared key is
+        one the job reads), each once, in the table's order of keys."""
+        found: dict[str, Found] = {}
+        paths = config_paths(config)
+        for key in self.settings[setting].keys:
+            for f in self._locate(paths, key):
+                found.setdefault(f.path, f)
+        return list(found.values())
+
+    def locate(self, config: dict[str, Any], key: Key | str) -> list[Found]:
+        """Where the job's config has one key: at its own path, under any chain of nesting blocks,
+        an `env.NAME` in any env block; the shortest path first."""
+        return self._locate(config_paths(config), key if isinstance(key, Key) else Key(key=key))
+
+    def value_of(self, config: dict[str, Any], setting: str) -> Any:
+        """The first non-null value the job gives a setting."""
+        return next((f.value for f in self.find(config, setting) if f.value is not None), None)
+
+    def new_path(self, config: dict[str, Any], key: str, backend: str | None) -> str:
+        """Where a key the job lacks goes: an env var into the env block the job already has,
+        else into the one its backend reads (a Ray job's runtime_env.env_vars); any other key as is."""
+        name = _env_name(key)
+        if name is None or self.env is None:
+            return key
+        paths = config_paths(config)
+        block = next((b for b in self.env.blocks if isinstance(paths.get(b), dict)), None)
+        block = block or self.env.add_to.get(backend or "", "env")  # type: ignore[call-overload]
+        return f"{block}.{name}"
+
+    def _locate(self, paths: dict[str, Any], key: Key | str) -> list[Found]:
+        key = key if isinstance(key, Key) else Key(key=key)
+        pattern = self._pattern(key.key)
+        hits = sorted((p for p in paths if pattern.fullmatch(p)), key=lambda p: (p.count("."), len(p)))
+        last = key.key.rsplit(".", 1)[-1]
+        return [Found(p, paths[p], key) for p in hits
+                if all(_sibling_holds(paths.get(p[: -len(last)] + name), test, p[: -len(last)] + name in paths)
+                       for name, test in key.siblings.items())]
+
+    def _pattern(self, key: str) -> re.Pattern[str]:
+        return _key_pattern(key, tuple(self.nesting_blocks), tuple(self.env.blocks) if self.env else ())
+
     def supports_bf16(self, gpu_model: str | None) -> bool:
         if not gpu_model:
             return False
         return any(re.search(rf"(?<![\w-]){re.escape(m)}(?!\w)", gpu_model, re.I) for m in self.bf16_gpu_models)
+
+
+def config_paths(config: dict[str, Any]) -> dict[str, Any]:
+    """Every key of a config at any depth, by its dotted path; a key spelt flat
+    (`"preprocess.concurrency": 384`) has the same path as the nested spelling."""
+    return dict(_walk(config, ""))
+
+
+def _walk(node: dict[str, Any], prefix: str) -> Iterator[tuple[str, Any]]:
+    for name, value in node.items():
+        path = f"{prefix}{name}"
+        yield path, value
+        if isinstance(value, dict):
+            yield from _walk(value, path + ".")
+
+
+def _env_name(key: str) -> str | None:
+    return key[4:] if key.startswith("env.") and len(key) > 4 else None
+
+
+@lru_cache(maxsize=1024)
+def _key_pattern(key: str, blocks: tuple[str, ...], env_blocks: tuple[str, ...]) -> re.Pattern[str]:
+    name = _env_name(key)
+    if name is not None and env_blocks:
+        body = "(?:" + "|".join(re.escape(b) for b in env_blocks) + r")\." + re.escape(name)
+    else:
+        body = r"\.".join(r"[^.]+" if seg == "*" else re.escape(seg) for seg in key.split("."))
+    nesting = "(?:(?:" + "|".join(re.escape(b) for b in blocks) + r")\.)*" if blocks else ""
+    return re.compile(nesting + body)
+
+
+def _sibling_holds(value: Any, test: str, declared: bool) -> bool:
+    if test == "declared":
+        return declared
+    return value is None or value is False or (isinstance(value, (int, float)) and value == 0)
 
 
 class KeyTableError(DataFileError):

@@ -174,7 +174,10 @@ def _exceeds_job(what: str, caps: dict[str, str], entity: str, ev: Evidence) -> 
     if facts is None or not count.isdigit() or not per.isdigit():
         return False
     if what == "gpus_per_node":
-        has = facts.gpus // len(facts.nodes) if facts.nodes else 0
+        from crashcart.agent.policies.allocation import gpus_each_node
+
+        # Without one count for every node, the average rounded down: some node has no more.
+        has = gpus_each_node(ev, entity[4:]) or (facts.gpus // len(facts.nodes) if facts.nodes else 0)
     else:
         has = len(facts.nodes) if what == "nodes" else facts.gpus
     return has > 0 and int(count) * int(per) > has
@@ -242,15 +245,14 @@ def _stalled_minutes(ev: Evidence, job: str) -> float | None:
 
 
 def _setting_value(config: dict[str, Any], name: str) -> Any:
-    """A config key's value; a setting's name (config_keys.yaml) reads whichever of its keys the job has."""
+    """A config key's value wherever the job nests it; a setting's name (config_keys.yaml) reads
+    whichever of its keys the job has."""
     from crashcart.agent.policies.config_keys import load_key_table
 
-    value = _config_value(config, name)
-    setting = load_key_table().settings.get(name) if value is None else None
-    for key in setting.keys if setting else []:
-        if (value := _config_value(config, key.key)) is not None:
-            return value
-    return value
+    table = load_key_table()
+    if name in table.settings:
+        return table.value_of(config, name)
+    return next((f.value for f in table.locate(config, name) if f.value is not None), None)
 
 
 def _config_value(config: dict[str, Any], dotted: str) -> Any:

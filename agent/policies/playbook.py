@@ -286,7 +286,7 @@ class PlaybookPolicy:
             remedy_kind = remedy.while_jobs_wait
         fixed_job = self._fixed_job(root, ev)
         if remedy.kind == "resubmit_with_changes" and fixed_job:
-            changes, notes = compute_changes(remedy, ev, fixed_job, captured_values(best))
+            changes, notes = compute_changes(remedy, ev, fixed_job, captured_values(best), state.get("backend", "slurm"))
             if changes and label.job_when_fixed and not scope:
                 old_root, root = root, f"job:{fixed_job}"
                 summary = summary.replace(f"{label.title} ({old_root or 'cause unknown'})", f"{label.title} ({root})", 1)

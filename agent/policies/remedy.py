@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from crashcart.agent.policies.computed import COMPUTE, relocated_path
-from crashcart.agent.policies.config_keys import Key, from_canonical, load_key_table, parse_duration, parse_size, to_canonical
+from crashcart.agent.policies.computed import COMPUTE, PER_KEY, relocated_path
+from crashcart.agent.policies.config_keys import Found, Key, from_canonical, load_key_table, parse_duration, parse_size, to_canonical
 from crashcart.agent.policies.evidence import Evidence, RUNNING_STATES
-from crashcart.agent.policies.matching import LabelMatch, _config_value
+from crashcart.agent.policies.matching import LabelMatch
 from crashcart.playbooks._model import Change, Remedy
 from crashcart.tools._spec import ToolCall
 from crashcart.tools.backends.base import held_after_failed_launch
@@ -31,10 +31,11 @@ def captured_values(match: LabelMatch | None) -> dict[str, str]:
     return found
 
 
-def compute_changes(remedy: Remedy, ev: Evidence, job: str,
-                    captures: dict[str, str] | None = None) -> tuple[dict[str, Any], list[str]]:
-    """The config changes for a resubmit, on the keys the job's config uses, in their units;
-    and notes on what could not be computed (a change the job cannot read is no change)."""
+def compute_changes(remedy: Remedy, ev: Evidence, job: str, captures: dict[str, str] | None = None,
+                    backend: str | None = None) -> tuple[dict[str, Any], list[str]]:
+    """The config changes for a resubmit, on the keys the job's config uses (wherever it nests
+    them), in their units; and notes on what could not be computed (a change the job cannot read
+    is no change). `backend` says where an env var goes in a job that carries none yet."""
     config = ev.configs.get(job, {})
     table = load_key_table()
     changes: dict[str, Any] = {}
@@ -44,29 +45,32 @@ def compute_changes(remedy: Remedy, ev: Evidence, job: str,
         setting = table.settings.get(name)
         if setting is None:
             # A literal key (an environment variable the runtime reads): added when absent.
-            targets, kind = [Key(key=name)], "text" if rule.set is not None else "count"
-            if rule.only_if_present and _config_value(config, name) is None:
-                continue
+            kind = "text" if rule.set is not None else "count"
+            targets = table.locate(config, name)
+            if not targets:
+                if rule.only_if_present:
+                    continue
+                targets = [Found(table.new_path(config, name, backend), None, Key(key=name))]
         else:
             kind = setting.kind
             # A key holding a block (DeepSpeed's `bf16: {enabled: ...}`) is not this key's value.
             # A key the config declares without a value (`ckpt_step: null`) is still one the job reads.
-            targets = [k for k in setting.keys if (_config_value(config, k.key) is not None or _declared(config, k.key))
-                       and (kind == "mapping" or not isinstance(_config_value(config, k.key), dict))]
+            targets = [f for f in table.find(config, name) if kind == "mapping" or not isinstance(f.value, dict)]
             if not targets and setting.add and not rule.only_if_present:
-                targets = [k for k in setting.keys if k.key == setting.add]
+                added = next(k for k in setting.keys if k.key == setting.add)
+                targets = [Found(table.new_path(config, added.key, backend), None, added)]
             if not targets:
                 if not rule.only_if_present:
                     notes.append(f"the job's config has no key for {name} ({setting.description})")
                 continue
-        for key in targets:
-            current = _config_value(config, key.key)
-            value = _value_for(rule, key, kind, current, ev, job, captures or {})
+        for found in targets:
+            current = found.value
+            value = _value_for(rule, found, kind, ev, job, captures or {})
             if value is None:
-                notes.append(f"cannot compute {key.key} (current value {current!r})")
+                notes.append(f"cannot compute {found.path} (current value {current!r})")
             elif not _same(value, current):
-                changes[key.key] = value
-                changed_by.setdefault(name, []).append(key.key)
+                changes[found.path] = value
+                changed_by.setdefault(name, []).append(found.path)
     for name, rule in remedy.changes.items():
         if rule.along_with and rule.along_with not in changed_by:
             for key in changed_by.get(name, []):
@@ -74,21 +78,16 @@ def compute_changes(remedy: Remedy, ev: Evidence, job: str,
     return changes, notes
 
 
-def _declared(config: dict[str, Any], dotted: str) -> bool:
-    """The config names this key, whatever its value (null included)."""
-    head, _, last = dotted.rpartition(".")
-    parent = _config_value(config, head) if head else config
-    return isinstance(parent, dict) and last in parent
-
-
-def _value_for(rule: Change, key: Key, kind: str, current: Any, ev: Evidence, job: str,
-               captures: dict[str, str]) -> Any:
+def _value_for(rule: Change, found: Found, kind: str, ev: Evidence, job: str, captures: dict[str, str]) -> Any:
+    key, current = found.key, found.value
     base = to_canonical(current, key, kind)
     if rule.compute == "path_on_roomiest_disk" and isinstance(current, str):
         # Each directory key moves its own path (a cache and a scratch dir are not one path).
         return relocated_path(ev, job, current)
     if rule.compute:
         value = COMPUTE[rule.compute](ev, job, captures, rule.margin)
+        if rule.compute in PER_KEY:
+            value = value.get(found.path)  # each key its own value (one Ray Data stage of several)
         if rule.compute == "above_peak" and isinstance(base, (int, float)) and value is not None and value <= base:
             value = None  # the job already had more than that peak: it is not what killed it
         if value is not None:
@@ -216,7 +215,7 @@ def plan_actions(match: LabelMatch | None, remedy_kind: str, ev: Evidence, root_
                 + (remedy.advice or ""),
             }))
     elif remedy_kind == "resubmit_with_changes" and job:
-        changes, _ = compute_changes(remedy, ev, job, captured_values(match))
+        changes, _ = compute_changes(remedy, ev, job, captured_values(match), backend)
         if changes:
             resubmit(job, changes)
         else:

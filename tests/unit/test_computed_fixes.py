@@ -220,9 +220,9 @@ def test_ray_data_cpu_stage_is_capped_at_the_cpus_the_gpu_actors_leave():
     from crashcart.agent.policies.computed import cpus_left_for_gpu_actors
 
     caps = {"cpus_total": "64", "gpus_total": "8", "cpu_each": "1.0"}
-    assert cpus_left_for_gpu_actors(_ev(config={"preprocess_concurrency": 64}), "j1", caps, None) == 56
-    assert cpus_left_for_gpu_actors(_ev(config={"preprocess_concurrency": 32}), "j1", caps, None) is None
-    assert cpus_left_for_gpu_actors(_ev(config={"preprocess_concurrency": 64}), "j1", {"cpus_total": "64"}, None) is None
+    assert cpus_left_for_gpu_actors(_ev(config={"preprocess_concurrency": 64}), "j1", caps, None) == {"preprocess_concurrency": 56}
+    assert cpus_left_for_gpu_actors(_ev(config={"preprocess_concurrency": 32}), "j1", caps, None) == {}
+    assert cpus_left_for_gpu_actors(_ev(config={"preprocess_concurrency": 64}), "j1", {"cpus_total": "64"}, None) == {}
 
 
 # --- an eviction's own numbers decide whose fault it was ----------------------------------------
@@ -308,7 +308,7 @@ def test_a_cpu_stage_whose_tasks_take_several_cpus_is_capped_in_tasks_not_cpus()
     # 256 CPUs, 32 GPU actors at 2 CPUs: 192 CPUs left, 4 per preprocessing actor -> 48 actors.
     caps = {"cpus_total": "256", "gpus_total": "32", "cpu_each": "2.0"}
     config = {"preprocess_concurrency": 64, "preprocess_num_cpus": 4, "read_num_cpus": 1}
-    assert cpus_left_for_gpu_actors(_ev(config=config), "j1", caps, None) == 48
+    assert cpus_left_for_gpu_actors(_ev(config=config), "j1", caps, None) == {"preprocess_concurrency": 48}
 
 
 RAY_STATUS = """======== Autoscaler status: 2026-11-11 07:14:31.118203 ========

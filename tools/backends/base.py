@@ -105,6 +105,11 @@ def set_dotted(config: dict, key: str, value: object) -> None:
     *parents, leaf = key.split(".")
     here = config
     for i, part in enumerate(parents):
+        rest = ".".join([*parents[i:], leaf])
+        if rest in here:
+            # The config spells the rest flat ("preprocess.concurrency", "nvidia.com/gpu"): that key.
+            here[rest] = copy.deepcopy(value)
+            return
         child = here.setdefault(part, {})
         if not isinstance(child, dict):
             raise ToolError(f"resubmit: config key {'.'.join(parents[: i + 1])!r} is {child!r}, "
