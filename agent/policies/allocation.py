@@ -11,7 +11,8 @@ def gpus_each_node(ev: Evidence, job: str) -> int | None:
 
     A pod gets exactly its container's GPU limit from the device plugin, and sbatch's
     --gpus-per-node is what each node's allocation holds, so the job's own key for it wins when
-    every place it is given agrees (a PyTorchJob's Master and Worker); without one, the job's GPUs
+    every place it is given agrees (a PyTorchJob's Master and Worker); then the pod's limit as
+    `kubectl describe pod` lists it; without either, the job's GPUs
     in all (sacct's AllocTRES) over its nodes, when they divide evenly. Several pods can share a
     node, so a pod's limit is the better unit wherever there is one. None when nothing says."""
     given = {_count(f.value) for f in load_key_table().find(ev.configs.get(job, {}), "gpus_allocated_per_node")}
@@ -21,6 +22,8 @@ def gpus_each_node(ev: Evidence, job: str) -> int | None:
     if given:
         return None  # replica types given different GPUs: no one count for every node
     facts = ev.jobs.get(job)
+    if facts and facts.gpus_per_pod:
+        return facts.gpus_per_pod  # the pod's limit as `kubectl describe pod` lists it
     if not facts or not facts.gpus or not facts.nodes:
         return None
     per, rest = divmod(facts.gpus, len(facts.nodes))

@@ -93,6 +93,8 @@ class JobFacts:
     attempts: list[dict[str, Any]] = field(default_factory=list)
     account: str | None = None
     qos: str | None = None
+    gpus_per_pod: int | None = None
+    """The GPUs its pod's containers are limited to (`kubectl describe pod`): what the device plugin gave it."""
 
     @property
     def failed(self) -> bool:
@@ -379,6 +381,26 @@ def _merge_job(ev: Evidence, row: dict[str, Any], parent: str | None = None) -> 
             setattr(facts, key, _time(row[key]))
 
 
+def pod_gpu_limit(text: str) -> int | None:
+    """The GPUs `kubectl describe pod` lists under its containers' Limits (summed over containers)."""
+    total, in_limits, indent = 0, False, 0
+    for line in text.splitlines():
+        stripped = line.strip()
+        depth = len(line) - len(line.lstrip())
+        if stripped == "Limits:":
+            in_limits, indent = True, depth
+            continue
+        if in_limits and (depth <= indent or not stripped):
+            in_limits = False
+        m = _GPU_LIMIT.match(stripped) if in_limits else None
+        if m:
+            total += int(m.group(1))
+    return total or None
+
+
+_GPU_LIMIT = re.compile(r"^(?:nvidia\.com|amd\.com)/gpu:\s*(\d+)$")
+
+
 def _time(value: Any) -> datetime | None:
     if isinstance(value, datetime) or value is None:
         return value
@@ -409,6 +431,8 @@ def build_evidence(observations: list[dict[str, Any]], trigger: dict[str, Any], 
             ev.docs.append(TextDoc("describe", entity, obs["text"].splitlines(), label))
             if data.get("job"):
                 _merge_job(ev, data["job"])
+            if kind == "pod" and (gpus := pod_gpu_limit(obs["text"])):
+                ev.jobs.setdefault(name, JobFacts(job=name)).gpus_per_pod = gpus
             if data.get("node"):
                 ev.nodes[data["node"]["node"]] = data["node"]
         elif tool == "kubectl_events":

@@ -174,3 +174,30 @@ def test_a_resubmit_sets_a_flat_spelt_key_in_place():
     set_dotted(config, "runtime_env.env_vars.A", "1")
     assert config == {"preprocess.concurrency": 352, "resources": {"limits": {"nvidia.com/gpu": 4}},
                       "runtime_env": {"env_vars": {"A": "1"}}}
+
+
+def test_the_pod_s_gpu_limit_is_read_from_kubectl_describe():
+    from crashcart.agent.policies.evidence import pod_gpu_limit
+
+    text = """Containers:
+  trainer:
+    Image:          img
+    Limits:
+      cpu:             48
+      nvidia.com/gpu:  4
+    Requests:
+      nvidia.com/gpu:  4
+  sidecar:
+    Limits:
+      memory:  1Gi
+Conditions:"""
+    assert pod_gpu_limit(text) == 4  # Requests are not counted again
+    assert pod_gpu_limit("Containers:\n  main:\n    Limits:\n      memory:  8Gi\n") is None
+
+
+def test_a_described_pod_limit_counts_before_the_job_s_gpus_over_its_nodes():
+    # Two 4-GPU pods on one 8-GPU node: 8 GPUs on 1 node, but each launcher sees 4.
+    ev = _ev({}, gpus=8, nodes=["a"])
+    assert gpus_each_node(ev, "j1") == 8
+    ev.jobs["j1"].gpus_per_pod = 4
+    assert gpus_each_node(ev, "j1") == 4

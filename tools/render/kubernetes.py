@@ -239,7 +239,10 @@ def describe_pod_lines(job: Job, events: Sequence[Event], now: datetime) -> list
     ready = phase == "Running" and not any(w in _WAITING for w in (job.reason, job.state))
     lines += [_field("Ready", str(ready), 4, 16), _field("Restart Count", len(job.attempts), 4, 16)]
     if job.gpus:
-        per_pod = job.gpus // max(1, len(job.nodes))
+        # The container's own limit when the spec states it (pods can share a node), else the job's
+        # GPUs over its nodes.
+        limit = ((cfg.get("resources") or {}).get("limits") or {}).get("nvidia.com/gpu") or cfg.get("gpus_per_pod")
+        per_pod = int(limit) if str(limit or "").strip().isdigit() else job.gpus // max(1, len(job.nodes))
         for section in ("Limits", "Requests"):
             lines += [f"    {section}:", _field("nvidia.com/gpu", per_pod, 6, 17)]
     env = cfg.get("env") or {}
