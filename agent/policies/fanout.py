@@ -207,6 +207,10 @@ def _history_after_sample(calls: list[ToolCall], ev: Evidence, candidates: list[
         return _history_where_sampled(calls, ev, candidates)
     named = suspects(ev, candidates)
     unsampled = [n for n in relevant if call_key("nvidia_smi_query", {"node": n}) not in ev.calls]
+    if candidates and _job_log_explains(candidates[0]):
+        # The job's own log names why it stalled (its settings): no GPU is dragging it, so the
+        # search for one ends with the samples already taken.
+        return [c for c in calls if not (c.tool == "nvidia_smi_query" and c.args.get("node") in unsampled)]
     sampled = set(relevant) - set(unsampled)
     # The search stops at a suspect only beside a healthy sampled peer: when every node sampled so
     # far is slow, the cause may be wider than one node (a rack's power feed) and sampling goes on.
@@ -233,6 +237,14 @@ def _history_after_sample(calls: list[ToolCall], ev: Evidence, candidates: list[
         else:
             out.append(c)
     return out
+
+
+def _job_log_explains(leader: LabelMatch) -> bool:
+    """A cause in the job itself (not a symptom) that the job's own log states, beyond a bare
+    missing progress (a hang alone says nothing of why)."""
+    label = leader.entry.label
+    return (not label.symptom and label.root_cause == "job"
+            and any(label.signals[h.signal].where == "log" for h in leader.hits))
 
 
 def _history_where_sampled(calls: list[ToolCall], ev: Evidence, candidates: list[LabelMatch]) -> list[ToolCall]:

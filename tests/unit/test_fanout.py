@@ -148,3 +148,26 @@ def test_hosts_that_only_waited_are_read_after_the_host_with_its_own_error():
     lines.append("g3:[rank9]: Process group watchdog thread terminated with exception: CUDA error: unspecified launch failure")
     ev.docs[-1] = TextDoc("log", "job:7", lines, "get_logs:7")
     assert nodes_named_in_errors(ev) == {"g3"}
+
+
+class JobCause:
+    """A cause in the job itself, resting on signals of the given kinds (`log`, `progress`)."""
+
+    def __init__(self, *where, symptom=False):
+        signals = [SimpleNamespace(where=w) for w in where]
+        self.entry = SimpleNamespace(label=SimpleNamespace(root_cause="job", symptom=symptom, signals=signals))
+        self.hits = [SimpleNamespace(signal=i) for i in range(len(signals))]
+
+    def entities(self, kind):
+        return []
+
+
+def test_a_stall_the_job_s_own_log_explains_ends_the_search_for_a_slow_gpu():
+    wanted = calls("nvidia_smi_query", EIGHT[2:])
+    ev = slow_job(sampled=["s1", "s2"])
+    # Ray Data's own accounting says why it stalls: no GPU is dragging it, no more samples.
+    assert bound(wanted, ev, [JobCause("log", "progress")]) == []
+    # A hang with nothing but a missing step says nothing of why: the sampling goes on.
+    assert [c.args["node"] for c in bound(wanted, ev, [JobCause("progress")])] == ["s3", "s4"]
+    # A symptom (a timeout) is no cause either.
+    assert [c.args["node"] for c in bound(wanted, ev, [JobCause("log", symptom=True)])] == ["s3", "s4"]
