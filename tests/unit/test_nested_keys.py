@@ -201,3 +201,18 @@ def test_a_described_pod_limit_counts_before_the_job_s_gpus_over_its_nodes():
     assert gpus_each_node(ev, "j1") == 8
     ev.jobs["j1"].gpus_per_pod = 4
     assert gpus_each_node(ev, "j1") == 4
+
+
+@pytest.mark.parametrize("line, matches", [
+    ("SLURM_GPUS_ON_NODE=4 CUDA_VISIBLE_DEVICES=0,1,2,3 SLURM_NTASKS=16", True),   # 16 ranks, 8 GPUs
+    ("SLURM_NTASKS_PER_NODE=8", True),                                           # 8 a node, 4 GPUs each
+    ("SLURM_NTASKS=2 SLURM_NTASKS_PER_NODE=1", False),                            # torchrun under srun: one a node
+])
+def test_slurm_s_own_task_counts_against_the_allocation_name_the_launch_mismatch(line, matches):
+    from crashcart.agent.policies.evidence import TextDoc
+    from crashcart.agent.policies.matching import match_label
+
+    ev = _ev({}, gpus=8, nodes=["a", "b"])
+    ev.docs = [TextDoc("log", "job:j1", [line, "RuntimeError: CUDA error: invalid device ordinal"], "get_logs:j1")]
+    match = match_label(load_playbooks()["launch_exceeds_gpus_per_node"], ev)
+    assert (match is not None) is matches
