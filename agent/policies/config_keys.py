@@ -169,6 +169,10 @@ class KeyTable(Strict):
         block = block or self.env.add_to.get(backend or "", "env")  # type: ignore[call-overload]
         return f"{block}.{name}"
 
+    def answers(self, path: str, key: str) -> bool:
+        """A config path is where some job could keep this table key (its siblings unchecked)."""
+        return bool(self._pattern(key).fullmatch(path))
+
     def _locate(self, paths: dict[str, Any], key: Key | str) -> list[Found]:
         key = key if isinstance(key, Key) else Key(key=key)
         pattern = self._pattern(key.key)

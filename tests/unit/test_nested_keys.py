@@ -216,3 +216,13 @@ def test_slurm_s_own_task_counts_against_the_allocation_name_the_launch_mismatch
     ev.docs = [TextDoc("log", "job:j1", [line, "RuntimeError: CUDA error: invalid device ordinal"], "get_logs:j1")]
     match = match_label(load_playbooks()["launch_exceeds_gpus_per_node"], ev)
     assert (match is not None) is matches
+
+
+def test_a_model_may_change_a_playbook_key_wherever_the_job_nests_it():
+    from crashcart.agent.policies.llm._containment import _allowed_key
+
+    allowed = {"train_micro_batch_size_per_gpu", "env.PYTORCH_CUDA_ALLOC_CONF"}
+    assert _allowed_key("deepspeed.train_micro_batch_size_per_gpu", allowed)
+    assert _allowed_key("runtime_env.env_vars.PYTORCH_CUDA_ALLOC_CONF", allowed)
+    assert not _allowed_key("eval.train_micro_batch_size_per_gpu", allowed)
+    assert not _allowed_key("runtime_env.pip", allowed)

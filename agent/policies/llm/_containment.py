@@ -79,6 +79,15 @@ def _deny(why: str, rule: str) -> Review:
     return Review("deny", why, f"review:{rule}")
 
 
+def _allowed_key(path: str, allowed_keys: set[str]) -> bool:
+    """A key a playbook may change, wherever the job nests it (`deepspeed.` before DeepSpeed's
+    own key, a Ray job's runtime_env.env_vars for an env var)."""
+    from crashcart.agent.policies.config_keys import load_key_table
+
+    table = load_key_table()
+    return path in allowed_keys or any(table.answers(path, key) for key in allowed_keys)
+
+
 def review_write(call: ToolCall, diagnosis: dict[str, Any], ev: Evidence, allowed_keys: set[str],
                  playbook: tuple[dict[str, Any], list[ToolCall]] | None) -> Review | None:
     tool, args = call.tool, call.args
@@ -103,7 +112,8 @@ def review_write(call: ToolCall, diagnosis: dict[str, Any], ev: Evidence, allowe
         planned = {k: v for p in (playbook[1] if playbook else []) if p.tool == "resubmit"
                    and str(p.args.get("job")) == str(job) for k, v in flatten(p.args.get("changes") or {}).items()}
         bad = [k for k, v in flatten(args.get("changes") or {}).items()
-               if k not in allowed_keys and not any(fnmatchcase(k, g) for g in load_limits().resubmit_keys)
+               if not _allowed_key(k, allowed_keys)
+               and not any(fnmatchcase(k, g) for g in load_limits().resubmit_keys)
                and not (k in planned and planned[k] == v)]
         if bad:
             return _deny(f"resubmit would change {', '.join(sorted(bad))}: not keys crashcart may change.",
