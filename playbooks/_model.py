@@ -198,6 +198,8 @@ StepCondition = Literal[
     "part_of_a_workload",
     # A node selector value no node carries and no misspelling explains: read the job's earlier good runs.
     "selector_needs_more_than_a_typo",
+    # The job's log never printed the cluster's CPU and GPU totals (Ray Data's accounting line): read `ray status`.
+    "cluster_totals_unseen",
 ]
 
 

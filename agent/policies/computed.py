@@ -224,15 +224,19 @@ def partition_max_time(ev: Evidence, job: str, captures: dict[str, str], margin:
 
 def cpus_left_for_gpu_actors(ev: Evidence, job: str, captures: dict[str, str], margin: float | None) -> Any:
     """Each CPU stage's concurrency that leaves every GPU its actor's CPUs, by the stage's path in
-    the job's config: the cluster's CPUs (Ray Data's accounting line) less one actor per GPU times
+    the job's config: the cluster's CPUs (Ray Data's accounting line, else the running nodes `ray
+    status` lists) less one actor per GPU times
     the CPUs each asks for (the autoscaler's pending bundle) is what the CPU stages may hold
     together, each task or actor taking its stage's num_cpus (one when it names none). Stages with
     a concurrency share it in proportion to what they ask now; a stage without one (unbounded)
     gets what the others leave. Empty when the accounting is missing or the stages already fit."""
     try:
-        total, gpus = float(captures["cpus_total"]), float(captures["gpus_total"])
         each = float(captures.get("cpu_each") or 1)
-    except (KeyError, ValueError):
+        if "cpus_total" in captures and "gpus_total" in captures:
+            total, gpus = float(captures["cpus_total"]), float(captures["gpus_total"])
+        else:
+            total, gpus = _running_totals(ev)
+    except (KeyError, ValueError, TypeError):
         return {}
     config = ev.configs.get(job, {})
     table = load_key_table()
@@ -260,6 +264,17 @@ def cpus_left_for_gpu_actors(ev: Evidence, job: str, captures: dict[str, str], m
     share = left / sum(asked.values())
     caps = {p: int(stages[p] * share) for p in asked}
     return {p: cap for p, cap in caps.items() if 1 <= cap < stages[p]}
+
+
+def _running_totals(ev: Evidence) -> tuple[float, float]:
+    """The CPUs and GPUs of the nodes `ray status` shows running (each node type's resources times
+    its running count); KeyError when it was not read or shows no CPUs."""
+    types = (ev.limits.get("autoscaler") or {}).get("node_types") or []
+    cpus = sum(float((t.get("resources") or {}).get("CPU") or 0) * int(t.get("running") or 0) for t in types)
+    gpus = sum(float((t.get("resources") or {}).get("GPU") or 0) * int(t.get("running") or 0) for t in types)
+    if not cpus or not gpus:
+        raise KeyError("autoscaler")
+    return cpus, gpus
 
 
 def cpus_per_worker_that_fit(ev: Evidence, job: str, captures: dict[str, str], margin: float | None) -> Any:

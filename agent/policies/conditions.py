@@ -91,8 +91,23 @@ def selector_needs_more_than_a_typo(ev: Evidence) -> bool:
     return needs(ev)
 
 
+# Ray's own accounting of the cluster as a log prints it: "384/384 CPU" (Ray Data's progress, or
+# `ray status` echoed).
+_RAY_TOTALS = re.compile(r"\b[\d.]+/[\d.]+ CPU\b")
+
+
+def cluster_totals_unseen(ev: Evidence) -> bool:
+    """No focus job's log states the cluster's CPUs in use against its total, and `ray status`
+    was not read: what a CPU stage may hold cannot be computed yet."""
+    if ev.limits.get("autoscaler"):
+        return False
+    focus = {f"job:{j}" for j in ev.focus_jobs()}
+    return not any(d.source == "log" and d.entity in focus and _RAY_TOTALS.search(d.text) for d in ev.docs)
+
+
 CONDITIONS: dict[str, Callable[[Evidence], bool]] = {
     "gpus_unaccounted": gpus_unaccounted,
     "selector_needs_more_than_a_typo": selector_needs_more_than_a_typo,
     "part_of_a_workload": part_of_a_workload,
+    "cluster_totals_unseen": cluster_totals_unseen,
 }

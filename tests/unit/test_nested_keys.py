@@ -226,3 +226,30 @@ def test_a_model_may_change_a_playbook_key_wherever_the_job_nests_it():
     assert _allowed_key("runtime_env.env_vars.PYTORCH_CUDA_ALLOC_CONF", allowed)
     assert not _allowed_key("eval.train_micro_batch_size_per_gpu", allowed)
     assert not _allowed_key("runtime_env.pip", allowed)
+
+
+def test_without_ray_data_s_totals_the_running_nodes_of_ray_status_give_them():
+    from crashcart.agent.policies.conditions import cluster_totals_unseen
+    from crashcart.agent.policies.evidence import TextDoc
+
+    ev = _ev({"tokenize": {"concurrency": None, "num_cpus": 1}, "embed": {"concurrency": 4, "num_gpus": 1, "num_cpus": 2}})
+    ev.docs = [TextDoc("log", "job:j1", ["- ReadParquet->Map(tokenize): 48 active, 1912 queued, [cpu: 48.0, objects: 3.1GB]"], "get_logs:j1")]
+    remedy = _remedy("ray_data_gpu_actors_starved_of_cpu")
+    assert cluster_totals_unseen(ev)
+    assert compute_changes(remedy, ev, "j1", {"cpu_each": "2.0"})[0] == {}  # no totals: no guess
+    ev.limits["autoscaler"] = {"node_types": [
+        {"name": "head", "running": 1, "max_workers": 0, "resources": {"CPU": 0}},
+        {"name": "gpu", "running": 1, "max_workers": 1, "resources": {"CPU": 16, "GPU": 4}},
+        {"name": "cpu", "running": 2, "max_workers": 4, "resources": {"CPU": 16}}]}
+    assert not cluster_totals_unseen(ev)
+    # 48 CPUs running, 4 GPU actors of 2 CPUs: 40 left for the unbounded CPU stage.
+    assert compute_changes(remedy, ev, "j1", {"cpu_each": "2.0"})[0] == {"tokenize.concurrency": 40}
+
+
+def test_a_log_with_ray_s_accounting_needs_no_ray_status():
+    from crashcart.agent.policies.conditions import cluster_totals_unseen
+    from crashcart.agent.policies.evidence import TextDoc
+
+    ev = _ev({})
+    ev.docs = [TextDoc("log", "job:j1", ["Running Dataset. Active & requested resources: 384/384 CPU, 0/32 GPU"], "get_logs:j1")]
+    assert not cluster_totals_unseen(ev)
