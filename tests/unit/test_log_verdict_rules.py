@@ -803,6 +803,11 @@ BATCH4_NEAR_MISSES = {
         "INFO cleanup: Killed 3 stale workers from the previous run\n",
         "host_oom",
     ),
+    "the shell's Killed after the scheduler's own time limit": (
+        "=>> PBS: job killed: walltime 7230 exceeded limit 7200\n"
+        "/var/spool/pbs/mom_priv/jobs/4410.pbs01.SC: line 22: 30113 Killed                  python pretrain.py\n",
+        "host_oom",
+    ),
     "an interface list of real NICs only": (
         "NCCL INFO NET/Socket : Using\n"
         "[0]ens1f0:10.4.0.12<0>\n"
