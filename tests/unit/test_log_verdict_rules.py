@@ -103,6 +103,17 @@ FAMILY_FORMS = {
         '  File "/usr/lib/python3/dist-packages/torch/utils/file_baton.py", line 42, in wait\n'
         "    time.sleep(self.wait_seconds)\n"
         "KeyboardInterrupt\n",
+        # The stack names what it waited on: the extension build's lock (batch 4 grew that label).
+        "stuck", "jit_build_lock_wait", "resubmit_with_changes",
+    ),
+    "a start-up interrupted while it sat in a download": (
+        "[2024-06-01 12:00:03,114] [INFO] Loading tokenizer\n"
+        "^CTraceback (most recent call last):\n"
+        '  File "/workspace/serve.py", line 18, in <module>\n'
+        "    snapshot_download(repo_id=repo)\n"
+        '  File "/usr/lib/python3.11/ssl.py", line 1134, in read\n'
+        "    return self._sslobj.read(len, buffer)\n"
+        "KeyboardInterrupt\n",
         "stuck", "interrupted_before_progress", "resubmit",
     ),
     "a barrier after start-up that one rank reached too late": (
@@ -675,3 +686,196 @@ def test_a_missing_tag_in_the_registry_the_job_named_is_the_owners():
         "desc = failed to pull and unpack image \"ghcr.io/acme/trainer:v9\": failed to resolve reference "
         "\"ghcr.io/acme/trainer:v9\": ghcr.io/acme/trainer:v9: not found\n")
     assert (v.diagnosis, v.remedy) == ("image_pull_bad_tag", "escalate_user")
+
+
+# Log batch 4 (distributed, hardware, memory, stuck, user_code forms): each line worded the way the
+# tool prints it, in other surroundings, numbers and names than its corpus excerpt.
+BATCH4_FORMS = {
+    "a DataLoader bus error whose message a terminal wrapped": (
+        "Epoch 2/10:  38%|███▊      | 112/295\n"
+        "RuntimeError: DataLoader worker (pid 20817) is killed by signal:\n"
+        "Bus error. It is possible that dataloader's workers are out of\n"
+        "shared memory. Please try to raise your shared memory limit.\n",
+        "memory", "shm_exhausted", "resubmit_with_changes",
+    ),
+    "NCCL 2.8's shm segment failing in posix_fallocate": (
+        "gpu-n4:3310:3391 [2] NCCL INFO Channel 00 : 2[41000] -> 3[81000] via P2P/IPC\n"
+        "gpu-n4:3310:3391 [2] include/shm.h:28 NCCL WARN Call to posix_fallocate failed: No space left on device\n"
+        "gpu-n4:3310:3391 [2] include/shm.h:48 NCCL WARN Error while creating shared memory segment "
+        "nccl-shm-send-7d1e0c44aa9b3f60-2-3-0 (size 4460544)\n",
+        "memory", "shm_exhausted", "resubmit_with_changes",
+    ),
+    "a batch script's child ended by SIGKILL": (
+        "Loading checkpoint shards:  50%|█████     | 2/4 [00:41<00:41, 20.7s/it]\n"
+        "/var/spool/pbs/mom_priv/jobs/88123.pbs01.SC: line 14: 19044 Killed                  python infer.py --model 13b\n",
+        "memory", "host_oom", "resubmit_with_changes",
+    ),
+    "a bare Killed after a model load": (
+        "Loading weights from ./ckpt/pytorch_model.bin (26.1 GB)\n"
+        "Killed\n",
+        "memory", "host_oom", "resubmit_with_changes",
+    ),
+    "NCCL's interface list pasted one entry a line, with a libvirt bridge in it": (
+        "node2:911:911 [0] NCCL INFO NET/Socket : Using\n"
+        "[0]ens1f0:10.4.0.12<0>\n"
+        "[1]virbr0:192.168.122.1<0>\n"
+        "node2:911:911 [0] NCCL INFO Using network Socket\n",
+        "distributed", "nccl_socket_interface", "resubmit_with_changes",
+    ),
+    "a RoCE QP timing out towards a remote NIC on its IPv4-mapped GID": (
+        "gpu-r3-07:55120:55301 [3] NCCL INFO NCCL_IB_GID_INDEX set by environment to 3.\n"
+        "gpu-r3-07:55120:55301 [3] misc/ibvwrap.cc:214 NCCL WARN Call to ibv_modify_qp failed with 110 Connection "
+        "timed out, on dev mlx5_4:1, curr state INIT, next state RTR, local GID index 3, local GID ::ffff:10.20.3.7, "
+        "remote GID ::ffff:10.20.9.41\n",
+        "distributed", "nccl_ib_cross_rail_timeout", "resubmit_with_changes",
+    ),
+    "a CUDA error under systemd, then processes that outlive SIGKILL": (
+        "CUDA error 999 at /src/llama.cpp/ggml-cuda.cu:1512: unknown error\n"
+        "inference-api.service: State 'stop-sigterm' timed out. Killing.\n"
+        "inference-api.service: Killing process 7712 (server) with signal SIGKILL.\n"
+        "inference-api.service: Processes still around after SIGKILL. Ignoring.\n",
+        "hardware", "gpu_wedged_unkillable", "exclude_node",
+    ),
+    "a CUDA error, then slurmstepd giving up on the step": (
+        "RuntimeError: CUDA error: an illegal memory access was encountered\n"
+        "slurmstepd: error: *** STEP 5512.0 STEPD TERMINATED ON dgx-b12 AT 2025-03-02T11:04:40 DUE TO JOB NOT "
+        "ENDING WITH SIGNALS ***\n",
+        "hardware", "gpu_wedged_unkillable", "exclude_node",
+    ),
+    "Horovod 0.2x's stall inspector with its Missing ranks block": (
+        "[2024-01-09 10:12:44.310922: W /tmp/pip-install/horovod/common/stall_inspector.cc:107] One or more tensors "
+        "were submitted to be reduced, gathered or broadcasted by subset of ranks and are waiting for remainder of "
+        "ranks for more than 120 seconds. This may indicate that different ranks are trying to submit different "
+        "tensors or that only subset of ranks is submitting tensors, which will cause deadlock.\n"
+        "Missing ranks:\n"
+        "1: [DistributedAdam_Allreduce/cond_41/HorovodAllreduce_grads_41_0]\n",
+        "stuck", "collective_missing_ranks", "escalate_user",
+    ),
+    "a single-GPU vLLM engine whose broadcast queue stays full": (
+        "INFO 11-02 09:00:01 [loggers.py:118] Avg prompt throughput: 0.0 tokens/s\n"
+        "(EngineCore_0 pid=88) INFO 11-02 09:03:12 [shm_broadcast.py:466] No available shared memory broadcast "
+        "block found in 60 seconds. This typically happens when some processes are hanging.\n"
+        "(EngineCore_0 pid=88) INFO 11-02 09:04:12 [shm_broadcast.py:466] No available shared memory broadcast "
+        "block found in 60 seconds. This typically happens when some processes are hanging.\n",
+        "stuck", "inference_engine_hang", "escalate_user",
+    ),
+    "every rank's log ending at the extensions root": (
+        "[2025-02-11 08:00:10,004] [INFO] [real_accelerator.py:219:get_accelerator] Setting ds_accelerator to cuda\n"
+        "Using /home/jdoe/.cache/torch_extensions/py311_cu124 as PyTorch extensions root...\n"
+        "Using /home/jdoe/.cache/torch_extensions/py311_cu124 as PyTorch extensions root...\n",
+        "stuck", "jit_build_lock_wait", "resubmit_with_changes",
+    ),
+    "a log ending inside c10d's store-based barrier": (
+        "Loading dataset shards: 100%|██████████| 12/12\n"
+        "INFO:torch.distributed.distributed_c10d:Added key: store_based_barrier_key:1 to store for rank: 5\n",
+        "stuck", "hang_in_distributed_init", "resubmit_with_changes",
+    ),
+    "the bf16 check of HF Trainer on a V100": (
+        "  File \"/opt/conda/lib/python3.10/site-packages/transformers/training_args.py\", line 1499, in __post_init__\n"
+        "    raise ValueError(\n"
+        "ValueError: Your setup doesn't support bf16/gpu. You need torch>=1.10, using Ampere GPU with cuda>=11.0\n",
+        "user_code", "bf16_unsupported_gpu", "resubmit_with_changes",
+    ),
+    "vLLM's dtype check on an RTX 2080": (
+        "ValueError: Bfloat16 is only supported on GPUs with compute capability of at least 8.0. Your NVIDIA GeForce "
+        "RTX 2080 Ti GPU has compute capability 7.5.\n",
+        "user_code", "bf16_unsupported_gpu", "resubmit_with_changes",
+    ),
+    "a state dict from another vocabulary size": (
+        "RuntimeError: Error(s) in loading state_dict for LlamaForCausalLM:\n"
+        "\tsize mismatch for model.embed_tokens.weight: copying a param with shape torch.Size([32000, 4096]) from "
+        "checkpoint, the shape in current model is torch.Size([32001, 4096]).\n",
+        "user_code", "checkpoint_shape_mismatch", "escalate_user",
+    ),
+}
+
+# Lines that look alike but are another thing: (text, a diagnosis the verdict must not be).
+BATCH4_NEAR_MISSES = {
+    "fallocate on a full data disk, not NCCL's shm": (
+        "fallocate: fallocate failed: No space left on device\n",
+        "shm_exhausted",
+    ),
+    "a C program's own bus error": (
+        "./preprocess: line 3: 4411 Bus error               (core dumped) ./resize_images\n",
+        "shm_exhausted",
+    ),
+    "Killed in a sentence": (
+        "INFO cleanup: Killed 3 stale workers from the previous run\n",
+        "host_oom",
+    ),
+    "the shell's Killed after the scheduler's own time limit": (
+        "=>> PBS: job killed: walltime 7230 exceeded limit 7200\n"
+        "/var/spool/pbs/mom_priv/jobs/4410.pbs01.SC: line 22: 30113 Killed                  python pretrain.py\n",
+        "host_oom",
+    ),
+    "an interface list of real NICs only": (
+        "NCCL INFO NET/Socket : Using\n"
+        "[0]ens1f0:10.4.0.12<0>\n"
+        "[1]ens1f1:10.4.1.12<0>\n"
+        "lo: packets 12\n",
+        "nccl_socket_interface",
+    ),
+    "a QP timeout on a link-local GID (the GID's fault)": (
+        "NCCL WARN Call to ibv_modify_qp failed with 110 Connection timed out, on dev mlx5_0:1, curr state INIT, "
+        "next state RTR, local GID index 0, local GID fe80::ba59:9f03:a3:1c2e, remote GID fe80::ba59:9f03:a3:22f0\n",
+        "nccl_ib_cross_rail_timeout",
+    ),
+    "a QP timeout with NCCL_CROSS_NIC already 0": (
+        "NCCL INFO NCCL_CROSS_NIC set by environment to 0.\n"
+        "NCCL WARN Call to ibv_modify_qp failed with 110 Connection timed out, on dev mlx5_2:1, curr state INIT, "
+        "next state RTR, local GID index 3, local GID ::ffff:10.1.2.3, remote GID ::ffff:10.1.7.9\n",
+        "nccl_ib_cross_rail_timeout",
+    ),
+    "processes that outlive SIGKILL with no GPU error": (
+        "backup.service: State 'stop-sigterm' timed out. Killing.\n"
+        "backup.service: Processes still around after SIGKILL. Ignoring.\n",
+        "gpu_wedged_unkillable",
+    ),
+    "vLLM's broadcast notice once, during a compile": (
+        "(EngineCore_0 pid=88) INFO [shm_broadcast.py:466] No available shared memory broadcast block found in 60 "
+        "seconds. This typically happens when some processes are hanging or doing some time-consuming work "
+        "(e.g. compilation).\n"
+        "INFO [monitor.py:34] torch.compile takes 71.2 s in total\n",
+        "inference_engine_hang",
+    ),
+    "the extensions root followed by the module loading": (
+        "Using /root/.cache/torch_extensions/py310_cu121 as PyTorch extensions root...\n"
+        "Loading extension module fused_adam...\n"
+        "Time to load fused_adam op: 0.61 seconds\n",
+        "jit_build_lock_wait",
+    ),
+    "a build of the job's own still compiling": (
+        "Using /root/.cache/torch_extensions/py310_cu121 as PyTorch extensions root...\n"
+        "Emitting ninja build file /root/.cache/torch_extensions/py310_cu121/cpu_adam/build.ninja...\n"
+        "Building extension module cpu_adam...\n"
+        "Using /root/.cache/torch_extensions/py310_cu121 as PyTorch extensions root...\n",
+        "jit_build_lock_wait",
+    ),
+    "DeepSpeed's init followed by training": (
+        "[2024-05-01 09:00:00,100] [INFO] [comm.py:637:init_distributed] cdb=None\n"
+        "[2024-05-01 09:00:00,101] [INFO] [comm.py:668:init_distributed] Initializing TorchBackend in DeepSpeed with backend nccl\n"
+        "[2024-05-01 09:02:10,000] [INFO] [logging.py:96:log_dist] [Rank 0] step=10, skipped=0, lr=[1e-05]\n",
+        "hang_in_distributed_init",
+    ),
+    "a bf16 setting mentioned in a config dump": (
+        "training args: bf16=False, fp16=True, compute capability of at least 8.0 recommended for bf16\n",
+        "bf16_unsupported_gpu",
+    ),
+    "a shape mismatch in the model's own forward": (
+        "RuntimeError: The size of tensor a (4096) must match the size of tensor b (4097) at non-singleton dimension 1\n",
+        "checkpoint_shape_mismatch",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(BATCH4_FORMS))
+def test_a_batch4_form_in_other_surroundings_gets_its_verdict(name):
+    text, family, diagnosis, remedy = BATCH4_FORMS[name]
+    v = diagnose_text(text)
+    assert (v.family, v.diagnosis, v.remedy) == (family, diagnosis, remedy), v.evidence
+
+
+@pytest.mark.parametrize("name", list(BATCH4_NEAR_MISSES))
+def test_a_batch4_near_miss_does_not_get_the_rule(name):
+    text, not_this = BATCH4_NEAR_MISSES[name]
+    assert diagnose_text(text).diagnosis != not_this
