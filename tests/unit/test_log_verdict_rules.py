@@ -675,3 +675,76 @@ def test_a_missing_tag_in_the_registry_the_job_named_is_the_owners():
         "desc = failed to pull and unpack image \"ghcr.io/acme/trainer:v9\": failed to resolve reference "
         "\"ghcr.io/acme/trainer:v9\": ghcr.io/acme/trainer:v9: not found\n")
     assert (v.diagnosis, v.remedy) == ("image_pull_bad_tag", "escalate_user")
+
+
+# Log batch 4, capacity/scheduling/ray/storage/none forms: each line in other surroundings (another
+# tool, cloud, version, names and numbers) than its corpus excerpt.
+BATCH4_FORMS = {
+    "the aws CLI refused by the account's instance limit": (
+        "$ aws ec2 run-instances --instance-type p4d.24xlarge --count 2 --image-id ami-0abc\n"
+        "An error occurred (InstanceLimitExceeded) when calling the RunInstances operation: You have "
+        "requested more instances (2) than your current instance limit of 0 allows for the specified instance type.\n",
+        "capacity", "cloud_quota_exceeded", "escalate_infra",
+    ),
+    "Terraform creating a GCE VM over a regional GPU quota": (
+        "google_compute_instance.trainer[0]: Creating...\n"
+        "Error: Error creating instance: googleapi: Error 403: Quota 'NVIDIA_A100_GPUS' exceeded.  Limit: 8.0 "
+        "in region europe-west4., quotaExceeded\n",
+        "capacity", "cloud_quota_exceeded", "escalate_infra",
+    ),
+    "az vm create over the family's core quota": (
+        "(OperationNotAllowed) Operation could not be completed as it results in exceeding approved "
+        "standardNCADSA100v4Family Cores quota. Additional details - Deployment Model: Resource Manager, "
+        "Location: eastus, Current Limit: 0, Current Usage: 0, Additional Required: 24\n",
+        "capacity", "cloud_quota_exceeded", "escalate_infra",
+    ),
+    "a Ray autoscaler's launch refused by the same quota stays Ray's": (
+        "2024-02-01 10:00:03,511 INFO autoscaler.py:1330 -- StandardAutoscaler: Queue 3 new nodes for launch\n"
+        "2024-02-01 10:00:04,118 ERROR node_launcher.py:100 -- Failed to launch 3 node(s) of type gpu_worker. "
+        "(VcpuLimitExceeded): You have requested more vCPU capacity than your current vCPU limit of 32 allows.\n",
+        "ray", "ray_autoscaler_quota_exceeded", "escalate_infra",
+    ),
+    "NotTriggerScaleUp with a node group in backoff among others": (
+        "  Normal   NotTriggerScaleUp  2m (x41 over 12m)  cluster-autoscaler  pod didn't trigger scale-up: "
+        "2 node(s) didn't match Pod's node affinity/selector, 1 in backoff after failed scale-up\n",
+        "capacity", "capacity_scale_up_backoff", "escalate_infra",
+    ),
+    "a Karpenter v1alpha5 provisioner at its limits": (
+        "karpenter-7d9c  controller  ERROR  Could not schedule pod, all available instance types exceed limits for "
+        "provisioner: \"a100-pool\"  {\"commit\": \"5a2fe84\", \"pod\": \"train/bert-large-0\"}\n",
+        "capacity", "capacity_nodepool_limits_reached", "wait",
+    ),
+}
+
+BATCH4_NEAR_MISSES = {
+    "a quota increase that was granted": (
+        "INFO: Quota 'NVIDIA_L4_GPUS' increased to 16.0 in region us-east1; request approved.\n",
+        "cloud_quota_exceeded",
+    ),
+    "a vCPU limit printed by a quota report": (
+        "Running On-Demand G and VT instances: current vCPU limit of 64, 48 in use\n",
+        "cloud_quota_exceeded",
+    ),
+    "a scale-up that did not trigger for a request no node fits": (
+        "  Normal  NotTriggerScaleUp  30s  cluster-autoscaler  pod didn't trigger scale-up: 3 Insufficient nvidia.com/gpu\n",
+        "capacity_scale_up_backoff",
+    ),
+    "Karpenter's NodePool limits mentioned by a healthy launch": (
+        "karpenter  INFO  launched nodeclaim  {\"NodePool\": {\"name\":\"gpu\"}, \"instance-type\": \"g5.12xlarge\", "
+        "\"limits\": {\"nvidia.com/gpu\": \"64\"}}\n",
+        "capacity_nodepool_limits_reached",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(BATCH4_FORMS))
+def test_a_batch4_form_in_other_surroundings_gets_its_verdict(name):
+    text, family, diagnosis, remedy = BATCH4_FORMS[name]
+    v = diagnose_text(text)
+    assert (v.family, v.diagnosis, v.remedy) == (family, diagnosis, remedy), v.evidence
+
+
+@pytest.mark.parametrize("name", list(BATCH4_NEAR_MISSES))
+def test_a_batch4_near_miss_does_not_get_the_rule(name):
+    text, not_this = BATCH4_NEAR_MISSES[name]
+    assert diagnose_text(text).diagnosis != not_this
