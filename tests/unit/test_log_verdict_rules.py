@@ -714,6 +714,34 @@ BATCH4_FORMS = {
         "provisioner: \"a100-pool\"  {\"commit\": \"5a2fe84\", \"pod\": \"train/bert-large-0\"}\n",
         "capacity", "capacity_nodepool_limits_reached", "wait",
     ),
+    "scontrol show job over a maintenance reservation": (
+        "JobId=88120 JobName=pretrain-13b\n"
+        "   JobState=PENDING Reason=ReqNodeNotAvail,_Reserved_for_maintenance Dependency=(null)\n"
+        "   TimeLimit=7-00:00:00 TimeMin=N/A\n",
+        "scheduling", "pending_maintenance_reservation", "wait",
+    ),
+    "squeue with a job pinned to drained nodes": (
+        "  JOBID PARTITION  NAME     USER  ST  TIME  NODES NODELIST(REASON)\n"
+        "  51233 a100       eval-7b  kim   PD  0:00      2 (ReqNodeNotAvail, UnavailableNodes:a100-[03-04])\n",
+        "scheduling", "pending_required_nodes_unavailable", "escalate_user",
+    ),
+    "containerd refused by a registry's 429": (
+        "  Warning  Failed  41s  kubelet  Failed to pull image \"quay.io/org/infer:2.4\": failed to pull and unpack image "
+        "\"quay.io/org/infer:2.4\": failed to copy: httpReadSeeker: failed open: unexpected status code "
+        "https://quay.io/v2/org/infer/blobs/sha256:9f1e: 429 Too Many Requests\n",
+        "scheduling", "image_pull_rate_limited", "wait",
+    ),
+    "a PodGroup kind the API server does not know": (
+        "E0412 09:13:55.201  1 job_controller.go:311] Sync MPIJob ml/bert-mpi: "
+        "no matches for kind \"PodGroup\" in version \"scheduling.x-k8s.io/v1alpha1\"\n",
+        "scheduling", "gang_scheduler_crd_missing", "escalate_infra",
+    ),
+    "a pod affinity that refuses the node with room": (
+        "  Warning  FailedScheduling  12s  default-scheduler  0/9 nodes are available: 2 node(s) didn't match pod "
+        "affinity rules, 7 Insufficient nvidia.com/gpu. preemption: 0/9 nodes are available: 2 Preemption is not "
+        "helpful for scheduling, 7 No preemption victims found for incoming pod.\n",
+        "scheduling", "pod_affinity_unsatisfiable", "resubmit_with_changes",
+    ),
 }
 
 BATCH4_NEAR_MISSES = {
@@ -733,6 +761,24 @@ BATCH4_NEAR_MISSES = {
         "karpenter  INFO  launched nodeclaim  {\"NodePool\": {\"name\":\"gpu\"}, \"instance-type\": \"g5.12xlarge\", "
         "\"limits\": {\"nvidia.com/gpu\": \"64\"}}\n",
         "capacity_nodepool_limits_reached",
+    ),
+    "a maintenance reservation someone asks about": (
+        "We have a maintenance reservation on Sunday; jobs that would overlap it show ReqNodeNotAvail.\n",
+        "pending_maintenance_reservation",
+    ),
+    "a pull that succeeded after a rate-limit warning in a doc": (
+        "  Normal  Pulled  3s  kubelet  Successfully pulled image \"python:3.11\" in 2.1s "
+        "(anonymous pulls may hit Docker Hub's pull rate limit)\n",
+        "image_pull_rate_limited",
+    ),
+    "a PodGroup created and scheduled": (
+        "I0412 09:13:55.201  1 podgroup.go:88] PodGroup ml/bert-mpi created (post podgroups.scheduling.volcano.sh), phase Running\n",
+        "gang_scheduler_crd_missing",
+    ),
+    "pod anti-affinity spreading replicas over full nodes": (
+        "  Warning  FailedScheduling  5s  default-scheduler  0/4 nodes are available: 1 node(s) didn't match pod "
+        "anti-affinity rules, 3 Insufficient nvidia.com/gpu.\n",
+        "pod_affinity_unsatisfiable",
     ),
 }
 
