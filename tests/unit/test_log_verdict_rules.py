@@ -742,6 +742,27 @@ BATCH4_FORMS = {
         "helpful for scheduling, 7 No preemption victims found for incoming pod.\n",
         "scheduling", "pod_affinity_unsatisfiable", "resubmit_with_changes",
     ),
+    "a modern Ray driver joining a cluster of another version": (
+        "2024-06-03 14:02:11,330\tINFO worker.py:1540 -- Connecting to existing Ray cluster at address: 10.4.0.2:6379...\n"
+        "RuntimeError: Version mismatch: The cluster was started with:\n"
+        "    Ray: 2.9.3\n"
+        "    Python: 3.10.13\n"
+        "This process on node 10.4.0.17 was started with:\n"
+        "    Ray: 2.10.0\n"
+        "    Python: 3.11.8\n",
+        "ray", "ray_version_mismatch", "resubmit_with_changes",
+    ),
+    "the Hub's 502 while transformers resolves a config": (
+        "  File \"/opt/conda/lib/python3.11/site-packages/huggingface_hub/utils/_http.py\", line 477, in hf_raise_for_status\n"
+        "huggingface_hub.errors.HfHubHTTPError: 502 Server Error: Bad Gateway for url: "
+        "https://huggingface.co/meta-llama/Llama-3.1-8B/resolve/main/config.json\n",
+        "storage", "hf_hub_unavailable", "resubmit",
+    ),
+    "a read timeout on the Hub's LFS CDN": (
+        "requests.exceptions.ReadTimeout: HTTPSConnectionPool(host='cdn-lfs-us-1.hf.co', port=443): "
+        "Read timed out. (read timeout=10)\n",
+        "storage", "hf_hub_unavailable", "resubmit",
+    ),
 }
 
 BATCH4_NEAR_MISSES = {
@@ -779,6 +800,19 @@ BATCH4_NEAR_MISSES = {
         "  Warning  FailedScheduling  5s  default-scheduler  0/4 nodes are available: 1 node(s) didn't match pod "
         "anti-affinity rules, 3 Insufficient nvidia.com/gpu.\n",
         "pod_affinity_unsatisfiable",
+    ),
+    "a version mismatch that is not Ray's": (
+        "RuntimeError: Version mismatch: checkpoint was saved with transformers 4.38, running 4.44\n",
+        "ray_version_mismatch",
+    ),
+    "a 504 from the job's own model server": (
+        "requests.exceptions.HTTPError: 504 Server Error: Gateway Time-out for url: http://reward-model:8000/score\n",
+        "hf_hub_unavailable",
+    ),
+    "the Hub refusing a gated model (the owner's access, not an outage)": (
+        "huggingface_hub.errors.GatedRepoError: 403 Client Error. Cannot access gated repo for url "
+        "https://huggingface.co/meta-llama/Llama-3.1-8B/resolve/main/config.json.\n",
+        "hf_hub_unavailable",
     ),
 }
 
