@@ -763,6 +763,39 @@ BATCH4_FORMS = {
         "Read timed out. (read timeout=10)\n",
         "storage", "hf_hub_unavailable", "resubmit",
     ),
+    "a Lightning epoch that ends, then an ignored destructor error": (
+        "Epoch 9: 100%|##########| 250/250 [00:41<00:00, 6.02it/s, v_num=3, train_loss=0.412]\n"
+        "Exception ignored in: <function _MultiProcessingDataLoaderIter.__del__ at 0x7f3a1c2b9ee0>\n"
+        "Traceback (most recent call last):\n"
+        "  File \"/venv/lib/python3.10/site-packages/torch/utils/data/dataloader.py\", line 1479, in __del__\n"
+        "    self._shutdown_workers()\n"
+        "OSError: [Errno 9] Bad file descriptor\n",
+        "none", "ignored_exception_at_teardown", "none",
+    ),
+    "an ignored weakref callback as the interpreter exits": (
+        "Exception ignored in: <function WeakValueDictionary.__init__.<locals>.remove at 0x7f0e1a2b3c10>\n"
+        "Traceback (most recent call last):\n"
+        "  File \"/usr/lib/python3.8/weakref.py\", line 103, in remove\n"
+        "TypeError: 'NoneType' object is not callable  (sys.meta_path is None, Python is likely shutting down)\n",
+        "none", "ignored_exception_at_teardown", "none",
+    ),
+    "torchrun's agent saying its worker group finished": (
+        "INFO:torch.distributed.elastic.agent.server.api:[default] worker group successfully finished. "
+        "Waiting 300 seconds for other agents to finish.\n"
+        "INFO:torch.distributed.elastic.agent.server.api:Done waiting for other agents. Elapsed: 0.0009 seconds\n"
+        '{"name": "torchelastic.worker.status.SUCCEEDED", "source": "AGENT", "timestamp": 0, "metadata": '
+        '{"run_id": "job-77", "global_rank": null, "group_rank": 1, "state": "SUCCEEDED", "raw_error": null}}\n',
+        "none", "elastic_workers_succeeded", "none",
+    ),
+    "controller-runtime's logger notice from another Go CLI": (
+        "$ kubectl kueue create localqueue team-a-lq -c team-a\n"
+        "localqueue.kueue.x-k8s.io/team-a-lq created\n"
+        "[controller-runtime] log.SetLogger(...) was never called; logs will not be displayed.\n"
+        "Detected at:\n"
+        "\t>  goroutine 1 [running]:\n"
+        "\t>  runtime/debug.Stack()\n",
+        "none", "controller_runtime_logger_unset", "none",
+    ),
 }
 
 BATCH4_NEAR_MISSES = {
@@ -813,6 +846,40 @@ BATCH4_NEAR_MISSES = {
         "huggingface_hub.errors.GatedRepoError: 403 Client Error. Cannot access gated repo for url "
         "https://huggingface.co/meta-llama/Llama-3.1-8B/resolve/main/config.json.\n",
         "hf_hub_unavailable",
+    ),
+    "an ignored exception before a real crash": (
+        "Exception ignored in: <function Pool.__del__ at 0x7f9e>\n"
+        "Traceback (most recent call last):\n"
+        "ResourceWarning: unclosed running multiprocessing pool\n"
+        "step 120 | loss 2.31\n"
+        "Traceback (most recent call last):\n"
+        "  File \"train.py\", line 201, in <module>\n"
+        "AssertionError: labels out of range\n",
+        "ignored_exception_at_teardown",
+    ),
+    "an ignored exception that names a killed DataLoader worker": (
+        "epoch 2 step 900\n"
+        "Exception ignored in: <function _MultiProcessingDataLoaderIter.__del__ at 0x7f11>\n"
+        "Traceback (most recent call last):\n"
+        "RuntimeError: DataLoader worker (pid 4412) is killed by signal: Killed.\n",
+        "ignored_exception_at_teardown",
+    ),
+    "an ignored exception with nothing around it (could not tell)": (
+        "Exception ignored in: <function Socket.__del__ at 0x7f22>\n"
+        "Traceback (most recent call last):\n"
+        "ValueError: I/O operation on closed file\n",
+        "ignored_exception_at_teardown",
+    ),
+    "a torchelastic worker that failed among succeeded ones": (
+        '{"name": "torchelastic.worker.status.SUCCEEDED", "source": "WORKER", "metadata": {"global_rank": 0, "state": "SUCCEEDED", "raw_error": null}}\n'
+        '{"name": "torchelastic.worker.status.FAILED", "source": "WORKER", "metadata": {"global_rank": 1, "state": "FAILED", '
+        '"raw_error": "{\\"message\\": \\"RuntimeError: CUDA error\\"}"}}\n',
+        "elastic_workers_succeeded",
+    ),
+    "controller-runtime's notice before the command failed": (
+        "[controller-runtime] log.SetLogger(...) was never called; logs will not be displayed.\n"
+        "Error: failed to create RayJob: admission webhook \"vrayjob.kb.io\" denied the request\n",
+        "controller_runtime_logger_unset",
     ),
 }
 
