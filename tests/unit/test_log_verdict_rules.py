@@ -214,6 +214,10 @@ FAMILY_NEAR_MISSES.update({
         "INFO: Quota 'NVIDIA_L4_GPUS' increased to 16.0 in region us-east1; request approved.\n",
         "cloud_quota_exceeded",
     ),
+    "an instance type the cloud still has capacity for": (
+        "INFO: checked capacity for g5.48xlarge in the Availability Zone you requested (us-west-2b): available\n",
+        "cloud_capacity_unavailable",
+    ),
     "a vCPU limit printed by a quota report": (
         "Running On-Demand G and VT instances: current vCPU limit of 64, 48 in use\n",
         "cloud_quota_exceeded",
@@ -693,6 +697,20 @@ CASES.update({
         "karpenter-7d9c  controller  ERROR  Could not schedule pod, all available instance types exceed limits for "
         "provisioner: \"a100-pool\"  {\"commit\": \"5a2fe84\", \"pod\": \"train/bert-large-0\"}\n",
         "capacity", "capacity_nodepool_limits_reached", "wait",
+    ),
+    "gcloud creating a VM in a zone out of A100s": (
+        "ERROR: (gcloud.compute.instances.create) Could not fetch resource:\n"
+        " - The zone 'projects/ml-prod/zones/us-central1-f' does not have enough resources available to fulfill "
+        "the request.  '(resource type:compute)'. [ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS]\n",
+        "capacity", "cloud_capacity_unavailable", "wait",
+    ),
+    "Ray's monitor log with the same stockout stays Ray's": (
+        "==> /tmp/ray/session_2024-03-02_10-11-12_000001_77/logs/monitor.log <==\n"
+        "2024-03-02 10:20:01,002 INFO node_launcher.py:78 -- NodeLauncher0: Got 2 nodes to launch.\n"
+        "2024-03-02 10:20:02,415 INFO node_provider.py:408 -- create_instances: Attempt failed with An error occurred "
+        "(InsufficientInstanceCapacity) when calling the RunInstances operation (reached max retries: 0): We currently "
+        "do not have sufficient p4d.24xlarge capacity in the Availability Zone you requested (us-east-1c).\n",
+        "ray", "ray_autoscaler_no_capacity", "wait",
     ),
     "scontrol show job over a maintenance reservation": (
         "JobId=88120 JobName=pretrain-13b\n"
