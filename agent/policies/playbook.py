@@ -266,6 +266,10 @@ class PlaybookPolicy:
 
     def diagnose(self, state: dict[str, Any], now: datetime | None) -> tuple[Diagnosis, list[ToolCall]]:
         ev = build_evidence(state.get("observations") or [], state["trigger"], now)
+        ambiguous = {t: jobs for t, jobs in ev.shortened_ids().items() if len(jobs) > 1}
+        if ambiguous and not ev.focus_jobs() and not ev.focus_nodes():
+            # Several jobs' ids start with what the question names: ask, never pick one.
+            return self._ambiguous(ev, ambiguous), []
         candidates = self._candidates(ev)
         if not candidates:
             diagnosis = self._no_match(ev)
@@ -346,6 +350,13 @@ class PlaybookPolicy:
             nodes = match.entities("node")
             if nodes:
                 return nodes[0]
+            # The error names no node by a name the cluster uses (Ray's "its node has died" gives an
+            # id and an address): the node is the one of the job's nodes that died under it.
+            gone = ev.gone_nodes()
+            if len(gone) > 1:
+                gone = [n for n in gone if n in fanout.nodes_named_in_errors(ev)] or gone
+            if len(gone) == 1:
+                return f"node:{gone[0]}"
             job_nodes = ev.relevant_nodes()
             return f"node:{job_nodes[0]}" if len(job_nodes) == 1 else None
         if kind == "upstream":
@@ -365,6 +376,18 @@ class PlaybookPolicy:
         required = {i for i, s in enumerate(match.entry.label.signals) if s.required}
         jobs = {h.entity for h in match.hits if h.signal in required and h.entity.startswith("job:")}
         return len(jobs) >= need
+
+    @staticmethod
+    def _ambiguous(ev: Evidence, ambiguous: dict[str, list[str]]) -> Diagnosis:
+        token, jobs = next(iter(ambiguous.items()))
+        described = [f"{j} ({', '.join(x for x in (ev.jobs[j].name, ev.jobs[j].user, ev.jobs[j].state) if x)})" for j in jobs]
+        more = f" and {len(jobs) - 6} more" if len(jobs) > 6 else ""
+        return Diagnosis(
+            label="unrecognized", family="none", root_cause=None, remedy="none", confidence=0.1,
+            summary=f"{token} is the start of {len(jobs)} jobs' ids: {'; '.join(described[:6])}{more}. "
+                    "crashcart does not guess which one is meant; ask again with the full id (or more of it).",
+            evidence=[f"asked about: {t} (matches {', '.join(js[:6])})" for t, js in ambiguous.items()][:5],
+        )
 
     def _undetermined(self, ev: Evidence, open_jobs: list[Standing], unseen: list[str]) -> Diagnosis:
         """"Could not tell": what is unexplained, what was read about it, and who looks."""
