@@ -501,6 +501,9 @@ def build_evidence(observations: list[dict[str, Any]], trigger: dict[str, Any], 
             for key in LIMIT_TOOLS[tool]:
                 if data.get(key):
                     ev.limits[key] = data[key]
+            if tool == "ray_autoscaler_status" and obs.get("text"):
+                # `ray status` as the cluster prints it: the same words a driver's log echoes.
+                ev.docs.append(TextDoc("autoscaler_status", "cluster", obs["text"].splitlines(), label))
         if "rows" in data and tool in {"sacct", "squeue", "list_jobs", "job_history"}:
             for row in data["rows"]:
                 _merge_job(ev, row, parent=args.get("job"))
