@@ -129,6 +129,7 @@ class Evidence:
     """The scheduler's limits as read (qos, associations, shares, cluster_queues, autoscaler)."""
     listed: set[str] = field(default_factory=set)
     """Node listings that answered: the node each asked about, `*` for a listing of every node."""
+    _shortened: tuple[tuple[int, int, int], dict[str, list[str]]] | None = field(default=None, repr=False)
 
     # --- what the incident is about --------------------------------------
 
@@ -182,6 +183,10 @@ class Evidence:
         counts as a shortened id when it is marked so (dots after it), when the id goes on with a
         suffix separator (- _ .), or when it is a long prefix with letters (an opaque id's first
         characters); a bare number is never guessed to be the start of another (48213 vs 482130)."""
+        # Matching asks for the focus many times over one unchanged evidence: work it out once.
+        key = (len(self.jobs), len(self.nodes), sum(1 for f in self.jobs.values() if f.name))
+        if self._shortened is not None and self._shortened[0] == key:
+            return self._shortened[1]
         text = self.trigger.get("text") or ""
         ellided = set(_ELLIDED.findall(text))
         out: dict[str, list[str]] = {}
@@ -191,6 +196,7 @@ class Evidence:
                     and (token in ellided or j[len(token)] in _SUFFIX_START or bare_ok)]
             if hits:
                 out[token] = sorted(hits)
+        self._shortened = (key, out)
         return out
 
     def earlier_good_runs(self, job: str) -> list[str]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Literal
+from typing import Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -65,7 +65,7 @@ def load_table(path: str | None = None) -> NoFaultTable:
         table = NoFaultTable.model_validate(data)
     except ValidationError as e:
         raise NoFaultTableError(where, describe_validation_error(e, data)) from None
-    missing = [k for k in Unexplained.__args__ if k not in table.undetermined]
+    missing = [k for k in get_args(Unexplained) if k not in table.undetermined]
     if missing:
         raise NoFaultTableError(where, f"undetermined: no route for {', '.join(missing)}")
     return table
