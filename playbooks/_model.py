@@ -18,6 +18,7 @@ SignalSource = Literal[
     "events",         # scheduler / Kubernetes events: "Reason: message"
     "describe",       # kubectl describe text
     "status_message", # Ray job status message
+    "autoscaler_status",  # the Ray autoscaler's own `ray status` text, read from the cluster
     "job_state",      # the scheduler's word for the job (FAILED, OOMKilled, ...)
     "job_reason",     # pending or termination reason
     "exit_code",      # e.g. 0:125, 137
@@ -38,6 +39,8 @@ SignalSource = Literal[
     "node_ran_since", # a node whose kernel log matches `pattern` has run another job well since the failure
     "driver_behind_peers",  # a node's NVIDIA driver (dmesg's NVRM load line, nvidia-smi) is older than its peers'
 ]
+# The sources that are text a pattern reads (the others are facts compared to values or thresholds).
+TEXT_SOURCES = frozenset({"log", "kernel_log", "events", "describe", "status_message", "autoscaler_status"})
 
 Team = Literal["hardware", "network", "infra", "storage", "user", "credentials", "capacity"]
 RemedyKind = Literal[
@@ -144,7 +147,7 @@ class Signal(Strict):
 
     @model_validator(mode="after")
     def _has_a_test(self) -> Signal:
-        text_sources = {"log", "kernel_log", "events", "describe", "status_message"}
+        text_sources = TEXT_SOURCES
         if self.newest_of and self.where != "events":
             raise ValueError("newest_of needs an events signal (events carry their time)")
         if self.focus_only and self.where not in text_sources:

@@ -11,9 +11,8 @@ from typing import Any
 from crashcart.agent.policies.evidence import Evidence, RUNNING_STATES, _time, cancelled_by
 from crashcart.playbooks._loader import LabelEntry
 from crashcart.agent.policies.config_keys import parse_size
-from crashcart.playbooks._model import Arithmetic, Signal
+from crashcart.playbooks._model import TEXT_SOURCES, Arithmetic, Signal
 
-TEXT_SOURCES = {"log", "kernel_log", "events", "describe", "status_message"}
 MAX_EVIDENCE_LINE = 300
 
 
