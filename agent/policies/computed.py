@@ -375,11 +375,26 @@ def rdma_devices_of_good_run(ev: Evidence, job: str, captures: dict[str, str], m
 def path_on_roomiest_disk(ev: Evidence, job: str, captures: dict[str, str], margin: float | None) -> Any:
     """The job's spill/scratch path moved to the node's largest empty local disk (df): the same
     relative path under that disk's mount point. None unless that disk has several times the free
-    space of the one the path is on now (a network filesystem or tmpfs never counts)."""
+    space of the one the path is on now (a network filesystem or tmpfs never counts). A job whose
+    spill key is declared but empty spills to its runtime's default, the directory the error
+    names as full (named group `full_path`)."""
     config = ev.configs.get(job, {})
     current = next((v for k in load_key_table().settings["spill_directory"].keys
                     if isinstance(v := _config_value(config, k.key), str) and v.startswith("/")), None)
+    current = current or default_directory(captures.get("full_path"))
     return relocated_path(ev, job, current) if current else None
+
+
+# A runtime's per-run directory under its temp root (Ray's session_2026-11-07_07-58-31_804410_1,
+# session_latest): the next run gets a new one, so a spill directory stops above it.
+_PER_RUN_DIR = re.compile(r"/session_[^/]+(/.*)?$")
+
+
+def default_directory(full: str | None) -> str | None:
+    """The directory an error named as full, above the runtime's per-run directory."""
+    if not full or not full.startswith("/"):
+        return None
+    return _PER_RUN_DIR.sub("", full.rstrip("/")) or None
 
 
 def relocated_path(ev: Evidence, job: str, current: str) -> str | None:
