@@ -228,6 +228,8 @@ class PlaybookPolicy:
                 set(re.compile(s.pattern or "").groupindex) - captured for s in history):
             # A value the failed run never printed (its peak memory) that an earlier run did: the
             # runs that finished first (they report it at their end), then the newest failures.
+            # The job's history first (which runs there were), then one run's log.
+            calls += [ToolCall(tool="job_history", args={"job": j}) for j in jobs]
             calls += [ToolCall(tool="get_logs", args={"job": j, "attempt": a["attempt"]})
                       for j in jobs if j in ev.jobs for a in _finished_first(ev.jobs[j].attempts)[:1]]
         if any(c.previous_checkpoint or c.compute == "newest_complete_checkpoint" for c in remedy.changes.values()):
