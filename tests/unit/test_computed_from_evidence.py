@@ -166,3 +166,16 @@ def test_a_node_lost_mid_save_resumes_from_the_newest_whole_checkpoint_and_after
     assert compute_changes(entry.label.remedy, ev, "j1")[0] == {"resume_from_checkpoint": "/out/run/checkpoint-1000"}
     whole = cut.replace("Configuration saved", "Model weights saved in /out/run/checkpoint-1500/model.safetensors\nConfiguration saved")
     assert match_label(entry, _ev({"resume_from_checkpoint": None}, steps, whole)) is None
+
+
+def test_a_later_run_that_failed_loading_the_partial_checkpoint_is_a_corrupt_checkpoint_not_a_node_loss():
+    from crashcart.agent.policies.matching import match_label
+
+    kb = load_playbooks()
+    requeued = ("Saving model checkpoint to /out/run/checkpoint-1500\n"
+                "slurmstepd: error: *** JOB 9 ON n1 CANCELLED AT 2026-01-01T00:00:00 DUE TO NODE FAILURE ***\n"
+                "Loading model from /out/run/checkpoint-1500.\n"
+                "safetensors_rust.SafetensorError: Error while deserializing header: MetadataIncompleteBuffer\n")
+    ev = _ev({"resume_from_checkpoint": "/out/run/checkpoint-1500"}, log=requeued)
+    assert match_label(kb["node_lost_during_checkpoint_save"], ev) is None
+    assert match_label(kb["checkpoint_corrupt"], ev) is not None
