@@ -179,3 +179,15 @@ def test_a_later_run_that_failed_loading_the_partial_checkpoint_is_a_corrupt_che
     ev = _ev({"resume_from_checkpoint": "/out/run/checkpoint-1500"}, log=requeued)
     assert match_label(kb["node_lost_during_checkpoint_save"], ev) is None
     assert match_label(kb["checkpoint_corrupt"], ev) is not None
+
+
+def test_a_history_signal_must_be_a_log_signal_that_captures_something():
+    import pytest
+    from pydantic import ValidationError
+
+    from crashcart.playbooks._model import Signal
+
+    assert Signal(where="log", from_history=True, pattern=r"peak (?P<peak>\d+ GiB)").from_history
+    for bad in ({"where": "events", "pattern": r"(?P<peak>\d+)"}, {"where": "log", "pattern": r"peak \d+"}):
+        with pytest.raises(ValidationError, match="from_history"):
+            Signal(from_history=True, **bad)
