@@ -57,6 +57,16 @@ def _names(text: str, name: str) -> bool:
     return re.search(rf"(?<![\w-]){re.escape(name)}(?![\w-])", text, re.I) is not None
 
 
+# The reasons a Kubernetes Job gives when it stops retrying its failed pods (batch/v1's Failed
+# condition): the Job's own end names no cause, its pods' termination does. (DeadlineExceeded is
+# not one: the Job's own activeDeadlineSeconds ended it.)
+_GAVE_UP_AFTER_POD_FAILURES = {"backofflimitexceeded", "maxfailedindexesexceeded", "failedindexes"}
+
+
+def gave_up_after_pod_failures(reason: str | None) -> bool:
+    return (reason or "").strip().lower() in _GAVE_UP_AFTER_POD_FAILURES
+
+
 def _last_seen(job: JobFacts) -> float:
     when = job.end_time or job.start_time or job.submit_time
     return when.timestamp() if when else 0.0

@@ -18,7 +18,7 @@ from crashcart.agent.policies.capacity import demand_forecast, idle_gpus
 from crashcart.agent.policies.constraint import autoscaler_at_max, binding_constraint
 from crashcart.agent.policies.conditions import CONDITIONS, idle_gpu_nodes, partition_peers
 from crashcart.agent.policies.evidence import SUSPICIOUS, Evidence, RUNNING_STATES, build_evidence, call_key
-from crashcart.agent.policies.matching import LabelMatch, match_label, near_miss, waits_for_config
+from crashcart.agent.policies.matching import FINISHED_STATES, LabelMatch, match_label, near_miss, waits_for_config
 from crashcart.agent.policies.no_fault import Standing, load_table, standing, unexplained
 from crashcart.agent.policies.remedy import ESCALATION_TEAM, captured_values, compute_changes, fallback_team, plan_actions
 from crashcart.agent.policies.scope import one_node
@@ -43,6 +43,14 @@ ANALYSES = {
     "binding_constraint": binding_constraint,
     "autoscaler_at_max": autoscaler_at_max,
 }
+
+
+def _finished_first(attempts: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Earlier attempts with a number, the ones that finished first, then the newest: one log is
+    read, the run most likely to have reported the value."""
+    numbered = [a for a in attempts if a.get("attempt")]
+    done = [a for a in reversed(numbered) if str(a.get("state", "")).upper() in FINISHED_STATES]
+    return done + [a for a in reversed(numbered) if a not in done]
 
 
 class PlaybookPolicy:
@@ -221,6 +229,16 @@ class PlaybookPolicy:
         if any(c.compute == "half_precision" for c in remedy.changes.values()):
             # Which dtype the GPUs compute in is in the node listing (their model).
             calls += [self._node_listing(backend, {"node": n}) for n in ev.relevant_nodes()[:MAX_NODES_PER_STEP]]
+        history = [s for s in match.entry.label.signals if s.from_history]
+        captured = {name for h in match.hits for name in h.captures}
+        if remedy.kind == "resubmit_with_changes" and any(
+                set(re.compile(s.pattern or "").groupindex) - captured for s in history):
+            # A value the failed run never printed (its peak memory) that an earlier run did: the
+            # runs that finished first (they report it at their end), then the newest failures.
+            # The job's history first (which runs there were), then one run's log.
+            calls += [ToolCall(tool="job_history", args={"job": j}) for j in jobs]
+            calls += [ToolCall(tool="get_logs", args={"job": j, "attempt": a["attempt"]})
+                      for j in jobs if j in ev.jobs for a in _finished_first(ev.jobs[j].attempts)[:1]]
         if any(c.previous_checkpoint or c.compute == "newest_complete_checkpoint" for c in remedy.changes.values()):
             calls += [ToolCall(tool="training_progress", args={"job": j}) for j in jobs]
             # Earlier attempts' logs say which saves finished (the latest attempt's may not).

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from crashcart.agent.policies.computed import COMPUTE, relocated_path
+from crashcart.agent.policies.computed import COMPUTE, declared, relocated_path
 from crashcart.agent.policies.config_keys import Key, from_canonical, load_key_table, parse_duration, parse_size, to_canonical
 from crashcart.agent.policies.evidence import Evidence, RUNNING_STATES
 from crashcart.agent.policies.matching import LabelMatch, _config_value
@@ -25,7 +25,8 @@ ESCALATION_TEAM = {
 def captured_values(match: LabelMatch | None) -> dict[str, str]:
     """Named groups the label's evidence captured, the first hit's value for each name."""
     found: dict[str, str] = {}
-    for hit in match.hits if match else []:
+    # The failure's own texts first; an earlier run's log only fills a name they did not.
+    for hit in [*match.hits, *match.history] if match else []:
         for name, value in hit.captures.items():
             found.setdefault(name, value)
     return found
@@ -51,7 +52,7 @@ def compute_changes(remedy: Remedy, ev: Evidence, job: str,
             kind = setting.kind
             # A key holding a block (DeepSpeed's `bf16: {enabled: ...}`) is not this key's value.
             # A key the config declares without a value (`ckpt_step: null`) is still one the job reads.
-            targets = [k for k in setting.keys if (_config_value(config, k.key) is not None or _declared(config, k.key))
+            targets = [k for k in setting.keys if (_config_value(config, k.key) is not None or declared(config, k.key))
                        and (kind == "mapping" or not isinstance(_config_value(config, k.key), dict))]
             if not targets and setting.add and not rule.only_if_present:
                 targets = [k for k in setting.keys if k.key == setting.add]
@@ -72,13 +73,6 @@ def compute_changes(remedy: Remedy, ev: Evidence, job: str,
             for key in changed_by.get(name, []):
                 changes.pop(key, None)
     return changes, notes
-
-
-def _declared(config: dict[str, Any], dotted: str) -> bool:
-    """The config names this key, whatever its value (null included)."""
-    head, _, last = dotted.rpartition(".")
-    parent = _config_value(config, head) if head else config
-    return isinstance(parent, dict) and last in parent
 
 
 def _value_for(rule: Change, key: Key, kind: str, current: Any, ev: Evidence, job: str,
