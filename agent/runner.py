@@ -24,9 +24,10 @@ class IncidentRun:
 
 
 def make_deps(backend: Backend, policy: Policy, guard_policy: GuardPolicy, store: IncidentStore, cluster: str,
-              notifiers: list[Any] | None = None) -> Deps:
-    """`notifiers`: where executed escalations go (the store always, then these); None: no delivery."""
-    guard = Guard(guard_policy, store, cluster=cluster, clock=backend.now)
+              notifiers: list[Any] | None = None, ceiling: GuardPolicy | None = None) -> Deps:
+    """`notifiers`: where executed escalations go (the store always, then these); None: no delivery.
+    `ceiling`: a live cluster's own guard policy, which no incident acting on it may exceed."""
+    guard = Guard(guard_policy, store, cluster=cluster, clock=backend.now, ceiling=ceiling)
     notifier = None
     if notifiers is not None:
         from crashcart.agent.notify import Dispatcher

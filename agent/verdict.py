@@ -230,6 +230,11 @@ _HEALTHY_SIGN = re.compile(
 )
 
 
+# A component saying in its own words that it stalled or waits on a hang (a watchdog's or stall
+# inspector's warning): never "healthy", however many steps came before it.
+_STALL_WORDS = re.compile(r"\b(deadlock(ed)?|stall(ed|s)?|hang(s|ing)?|hung|not making progress|no progress)\b", re.I)
+
+
 _PYTHON_ERROR = re.compile(r"^(?:\[rank\d+\]:\s*)?Traceback \(most recent call last\)|^(?:\[rank\d+\]:\s*)?[\w.]*(?:Error|Exception): ")
 
 
@@ -271,7 +276,7 @@ def diagnose_text(text: str, source: str | None = None, kb: KnowledgeBase | None
             source=source,
         )
     if not matches:
-        suspicious = [l.strip()[:300] for l in lines if SUSPICIOUS.search(l)]
+        suspicious = [l.strip()[:300] for l in lines if SUSPICIOUS.search(l) or _STALL_WORDS.search(l)]
         if not suspicious and _shows_progress(lines):
             return Verdict(
                 family="none", diagnosis="healthy", remedy="none", retriable=False, confidence=0.3,

@@ -18,6 +18,7 @@ SignalSource = Literal[
     "events",         # scheduler / Kubernetes events: "Reason: message"
     "describe",       # kubectl describe text
     "status_message", # Ray job status message
+    "autoscaler_status",  # the Ray autoscaler's own `ray status` text, read from the cluster
     "job_state",      # the scheduler's word for the job (FAILED, OOMKilled, ...)
     "job_reason",     # pending or termination reason
     "exit_code",      # e.g. 0:125, 137
@@ -37,7 +38,10 @@ SignalSource = Literal[
     "cancelled_by",   # who cancelled the job: system (uid 0), owner, other (not the owner), person (owner unknown)
     "node_ran_since", # a node whose kernel log matches `pattern` has run another job well since the failure
     "driver_behind_peers",  # a node's NVIDIA driver (dmesg's NVRM load line, nvidia-smi) is older than its peers'
+    "finished_before",  # the job's history holds an earlier run of it that finished (COMPLETED, Succeeded)
 ]
+# The sources that are text a pattern reads (the others are facts compared to values or thresholds).
+TEXT_SOURCES = frozenset({"log", "kernel_log", "events", "describe", "status_message", "autoscaler_status"})
 
 Team = Literal["hardware", "network", "infra", "storage", "user", "credentials", "capacity"]
 RemedyKind = Literal[
@@ -138,13 +142,20 @@ class Signal(Strict):
     """When this matches, the label is not a candidate (e.g. a healthy job is not hung)."""
     group: str | None = None
     """Signals sharing a group are alternatives, and at least one of each group must match."""
+    from_history: bool = False
+    """log signals with named groups: also read the job's earlier runs' logs (its attempts, an
+    earlier run that finished) for the values those groups capture (the peak memory a finished
+    run reported). A value from history is never proof of the failure at hand: it neither scores
+    nor meets a required signal or a group; it only fills a name the current texts did not."""
 
     _compiles = field_validator("pattern")(lambda v: _compiled(v, "pattern"))
     _newest_compiles = field_validator("newest_of")(lambda v: _compiled(v, "newest_of"))
 
     @model_validator(mode="after")
     def _has_a_test(self) -> Signal:
-        text_sources = {"log", "kernel_log", "events", "describe", "status_message"}
+        text_sources = TEXT_SOURCES
+        if self.from_history and (self.where != "log" or not re.compile(self.pattern or "").groupindex):
+            raise ValueError("from_history needs a log signal whose pattern has named groups")
         if self.newest_of and self.where != "events":
             raise ValueError("newest_of needs an events signal (events carry their time)")
         if self.focus_only and self.where not in text_sources:

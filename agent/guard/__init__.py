@@ -8,6 +8,7 @@ from crashcart.agent.guard._policy import (
     Approver,
     BreakerSettings,
     Escalation,
+    MODES,
     GuardError,
     GuardPolicy,
     PermissionRule,
@@ -15,9 +16,11 @@ from crashcart.agent.guard._policy import (
     RestartBudget,
     canonical_policy,
     load_policy,
+    mode_wider,
     other_policy_flags,
     policy_from_dict,
     policy_sha256,
+    within,
     write_tools,
 )
 
@@ -34,6 +37,7 @@ __all__ = [
     "Guard",
     "GuardError",
     "GuardPolicy",
+    "MODES",
     "PermissionRule",
     "PolicyError",
     "RestartBudget",
@@ -41,8 +45,10 @@ __all__ = [
 
     "Review",
     "load_policy",
+    "mode_wider",
     "other_policy_flags",
     "policy_from_dict",
     "policy_sha256",
+    "within",
     "write_tools",
 ]

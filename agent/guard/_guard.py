@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, TypeAdapter
 
 from crashcart.agent.guard._observed import entities_in_result, entities_named, trigger_entities
 from crashcart.agent.guard._policy import (
-    Approver, GuardError, GuardPolicy, canonical_policy, policy_from_dict, policy_sha256,
+    Approver, GuardError, GuardPolicy, canonical_policy, policy_from_dict, policy_sha256, within,
 )
 from crashcart.agent.store import BreakerState, IncidentStore
 from crashcart.tools import REGISTRY, ActionTarget, ToolCall
@@ -85,9 +85,14 @@ class Guard:
     def __init__(
         self, policy: GuardPolicy, store: IncidentStore, cluster: str,
         clock: Callable[[], datetime] = _utcnow,
+        ceiling: GuardPolicy | None = None,
     ):
         self.policy = policy
         """The policy for incidents that do not have one yet; an incident keeps the one it began under."""
+        self.ceiling = ceiling
+        """A live cluster's own policy (cluster.yaml): an incident acts on that cluster only when the
+        policy it stored is this one, or this one with a stricter mode (`within`). Another process's
+        incident in a shared store (a scenario's, run with --guard and a matching name) acts on nothing."""
         self.store = store
         self.cluster = cluster
         self.clock = clock
@@ -131,8 +136,9 @@ class Guard:
                             escalate_to=None, action_id=call.action_id)
         # One lock across count, decide and journal: two checks must not both fit in the last slot.
         with self.store.lock:
-            policy, _ = self.bind(incident_id)
-            verdict = self._decide(policy, call, target, now, incident_id)
+            policy, sha = self.bind(incident_id)
+            verdict = (self._above_ceiling(incident_id, policy, sha)
+                       or self._decide(policy, call, target, now, incident_id))
             if review is not None:
                 verdict = self._narrow(policy, verdict, review, call.tool, target)
             if verdict.trip:
@@ -191,6 +197,18 @@ class Guard:
         if p.mode == "autonomous":
             return _Verdict("allow", f"{tool} is permitted.", f"permissions[{permission[0]}]")
         return _Verdict("dry_run", f"Dry run: {tool} is proposed, nothing runs.", "mode:dry_run")
+
+    def _above_ceiling(self, incident_id: str, policy: GuardPolicy, sha: str) -> _Verdict | None:
+        why = self.ceiling_refusal(incident_id, policy, sha)
+        return _Verdict("deny", why, "ceiling", policy.escalation.default_team) if why else None
+
+    def ceiling_refusal(self, incident_id: str, policy: GuardPolicy, sha: str) -> str | None:
+        """Why this live cluster's guard refuses to act for the incident, or None when it may."""
+        if self.ceiling is None or within(policy, self.ceiling):
+            return None
+        return (f"Incident {incident_id} runs under a guard policy (mode {policy.mode}, sha256 {sha[:12]}) that is not "
+                f"{self.cluster}'s own (mode {self.ceiling.mode}, sha256 {policy_sha256(self.ceiling)[:12]}) nor it with "
+                "a stricter mode; nothing it asks for runs on this cluster.")
 
     def _unobserved(self, call: ToolCall, incident_id: str) -> list[str]:
         named = entities_named(call)
@@ -350,6 +368,9 @@ class Guard:
                 "theirs), so nobody can say who may approve it; investigate it again."
             )
         policy, sha = bound
+        above = self.ceiling_refusal(incident_id, policy, sha)
+        if above:
+            raise ApprovalError(above)
         expires = pending.at + timedelta(minutes=policy.approval_settings.expires_minutes)
         if now >= expires:
             raise ApprovalError(

@@ -13,7 +13,7 @@ import hashlib
 import json
 from fnmatch import fnmatchcase
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import (
     BaseModel, ConfigDict, Field, StringConstraints, ValidationError, ValidationInfo, field_validator,
@@ -225,6 +225,25 @@ class GuardPolicy(_Strict):
             return self.approvers
         known = {a.name: a for a in self.approvers}
         return tuple(known.get(a.name, a) if a == Approver(name=a.name) else a for a in tier.approvers)
+
+
+MODES: tuple[str, ...] = get_args(Mode)
+"""From the strictest to the widest (Mode's own order): observe reads, dry_run proposes, autonomous acts."""
+
+
+def mode_wider(mode: str, than: str) -> bool:
+    """True when `mode` lets more happen than `than` does."""
+    return MODES.index(mode) > MODES.index(than)
+
+
+def within(policy: GuardPolicy, ceiling: GuardPolicy) -> bool:
+    """True when `policy` is `ceiling` itself or it with a stricter mode: the only policies an
+    incident on a live cluster may run under. Exact by construction: any other difference
+    (a permission, an approver, a breaker limit) is treated as wider, because whether two rule
+    lists allow the same actions cannot be decided field by field without leaving a gap."""
+    if mode_wider(policy.mode, ceiling.mode):
+        return False
+    return policy_sha256(policy.model_copy(update={"mode": ceiling.mode})) == policy_sha256(ceiling)
 
 
 def other_policy_flags(own: GuardPolicy, given: GuardPolicy | None, mode: str | None) -> list[str]:

@@ -46,6 +46,11 @@ def answer_approval(
                                       slack_user=slack_user, approved=approved, policy_sha256=sha)
         return ApprovalRefused(why, code)
 
+    # A live cluster acts only within its own guard: an incident another target started under a
+    # wider policy (a scenario run with --guard, in a shared store) is not answered here.
+    above = deps.guard.ceiling_refusal(incident, policy, sha)
+    if above:
+        raise refuse(above, 1)
     differences = other_policy_flags(policy, given_policy, mode)
     if differences:
         raise refuse(f"incident {incident} runs under its own guard policy (mode {policy.mode}, sha256 {sha[:12]}): "

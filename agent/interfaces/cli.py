@@ -28,7 +28,8 @@ def _console():
 
 
 def _fail(message: str, code: int = 2) -> None:
-    _console().print(Text.assemble(("error:", "red"), " ", message), highlight=False)
+    # One line however narrow the terminal: an error is read in logs and grepped for.
+    _console().print(Text.assemble(("error:", "red"), " ", message), highlight=False, soft_wrap=True)
     raise typer.Exit(code)
 
 
@@ -222,7 +223,8 @@ def diagnose(
 
 
 def _policy(guard_file: Optional[Path], fallback, mode: Optional[str]):
-    """The guard policy: --guard, else the scenario's or cluster's own, else the built-in; --mode on top."""
+    """A recorded incident's guard policy: --guard, else the scenario's own, else the built-in; --mode on
+    top. A scenario touches no cluster, so these flags may set any policy for it."""
     from crashcart.agent.guard import PolicyError, load_policy
 
     try:
@@ -230,13 +232,42 @@ def _policy(guard_file: Optional[Path], fallback, mode: Optional[str]):
     except PolicyError as e:
         _fail(str(e))
     if mode:
-        if mode not in {"observe", "dry_run", "autonomous"}:
-            _fail(f"mode {mode!r}: one of observe, dry_run, autonomous")
+        _check_mode(mode)
         policy = policy.model_copy(update={"mode": mode})
     return policy
 
 
-def _scenario_deps(scenario_path: str, mode: Optional[str], guard_file: Optional[Path], store_path: str):
+def _check_mode(mode: str) -> None:
+    from crashcart.agent.guard import MODES
+
+    if mode not in MODES:
+        _fail(f"mode {mode!r}: one of {', '.join(MODES)}")
+
+
+def _cluster_policy(cluster_file: Path, own, mode: Optional[str], guard_file: Optional[Path]):
+    """A live cluster's guard is the one its cluster.yaml names, and it is the ceiling: a flag may
+    narrow the mode, never widen it, and no second policy file replaces it (whether one rule list
+    allows no more than another cannot be checked exactly field by field, so none is taken)."""
+    from crashcart.agent.guard import mode_wider
+
+    if guard_file:
+        _fail(f"--guard {guard_file}: refused with --cluster: a live cluster runs under its own guard "
+              f"({cluster_file}: guard, mode {own.mode}); narrow it with --mode, or change it in {cluster_file}")
+    if not mode:
+        return own
+    _check_mode(mode)
+    if mode_wider(mode, own.mode):
+        _fail(f"--mode {mode}: wider than the cluster's own guard ({cluster_file}: guard, mode {own.mode}); "
+              "a flag may only narrow a live cluster's guard (autonomous -> dry_run -> observe)")
+    return own.model_copy(update={"mode": mode})
+
+
+def _store_path(state_dir: Path) -> str:
+    state_dir.mkdir(parents=True, exist_ok=True)
+    return str(state_dir / "incidents.duckdb")
+
+
+def _scenario_deps(scenario_path: str, mode: Optional[str], guard_file: Optional[Path], state_dir: Path):
     from crashcart.agent.guard import load_policy, policy_from_dict
     from crashcart.agent.policies import make_policy
     from crashcart.agent.runner import make_deps
@@ -250,13 +281,14 @@ def _scenario_deps(scenario_path: str, mode: Optional[str], guard_file: Optional
         _fail(str(e))
     policy = _policy(guard_file, lambda: policy_from_dict(scenario.guard, source=f"{scenario_path}: guard")
                      if scenario.guard else load_policy(None), mode)
-    store = IncidentStore(store_path)
+    store = IncidentStore(_store_path(state_dir))
     backend = FixtureBackend(scenario.cluster, scenario.backend)
     return scenario, make_deps(backend, make_policy("playbook"), policy, store, cluster=scenario.id, notifiers=[])
 
 
-def _cluster_deps(cluster_file: Path, mode: Optional[str], guard_file: Optional[Path], store_path: str):
-    """A live cluster from its cluster.yaml: its backend, and its guard unless --guard says otherwise."""
+def _cluster_deps(cluster_file: Path, mode: Optional[str], guard_file: Optional[Path], state_dir: Path):
+    """A live cluster from its cluster.yaml: its backend, and its own guard as the ceiling of every
+    incident that acts on it. A flag that would widen it is refused before anything is written."""
     from crashcart.agent.config import ClusterConfigError, load_cluster_config
     from crashcart.agent.policies import make_policy
     from crashcart.agent.runner import make_deps
@@ -266,9 +298,10 @@ def _cluster_deps(cluster_file: Path, mode: Optional[str], guard_file: Optional[
         config, own = load_cluster_config(cluster_file)
     except ClusterConfigError as e:
         _fail(str(e))
-    policy = _policy(guard_file, lambda: own, mode)
-    return config, make_deps(config.make_backend(), make_policy("playbook"), policy, IncidentStore(store_path),
-                             cluster=config.name, notifiers=config.notifiers)
+    policy = _cluster_policy(cluster_file, own, mode, guard_file)
+    store = IncidentStore(_store_path(state_dir))
+    return config, make_deps(config.make_backend(), make_policy("playbook"), policy, store,
+                             cluster=config.name, notifiers=config.notifiers, ceiling=own)
 
 
 @dataclass
@@ -289,12 +322,10 @@ def _open_target(scenario: Optional[str], cluster: Optional[Path], mode: Optiona
         _fail(f"{cluster}: no such file")
     if state_dir.exists() and not state_dir.is_dir():
         _fail(f"--state-dir {state_dir}: is a file, not a folder")
-    state_dir.mkdir(parents=True, exist_ok=True)
-    store_path = str(state_dir / "incidents.duckdb")
     if cluster:
-        config, deps = _cluster_deps(cluster, mode, guard, store_path)
+        config, deps = _cluster_deps(cluster, mode, guard, state_dir)
         return _Target(config.name, deps, config=config)
-    sc, deps = _scenario_deps(scenario, mode, guard, store_path)
+    sc, deps = _scenario_deps(scenario, mode, guard, state_dir)
     return _Target(sc.id, deps, scenario=sc)
 
 
@@ -313,8 +344,10 @@ def investigate(
     text: Optional[str] = typer.Option(None, help="With --cluster: the question, as a person would ask it"),
     kind: Optional[str] = typer.Option(None, help="With --cluster: job_failed | job_stalled | job_pending | node_alert | chat "
                                                   "(default: from --job/--node/--text)"),
-    mode: Optional[str] = typer.Option(None, help="observe | dry_run | autonomous (overrides the guard file)"),
-    guard: Optional[Path] = typer.Option(None, help="A guard.yaml (default: the scenario's or cluster's, else the built-in dry-run policy)"),
+    mode: Optional[str] = typer.Option(None, help="observe | dry_run | autonomous (a scenario: sets it; "
+                                                  "--cluster: may only narrow cluster.yaml's guard)"),
+    guard: Optional[Path] = typer.Option(None, help="A scenario only: a guard.yaml in place of its own "
+                                                    "(refused with --cluster: cluster.yaml's guard is the ceiling)"),
     state_dir: Path = typer.Option(DEFAULT_STATE_DIR, help="Where the incident store and checkpoints live"),
     approver: Optional[str] = typer.Option(None, help="Approve at a prompt as this person when the guard asks"),
     policy: Optional[str] = typer.Option(None, help="playbook | llm | auto (default: auto where a model is configured)"),
@@ -513,8 +546,10 @@ def watch(
     polls: Optional[int] = typer.Option(None, min=1, help="Stop after this many polls (default: run until stopped)"),
     stall_minutes: float = typer.Option(45.0, help="A running job without progress or log output this long is stalled"),
     lookback_minutes: float = typer.Option(60.0, min=0, help="How far back the first poll of a new store looks"),
-    mode: Optional[str] = typer.Option(None, help="observe | dry_run | autonomous (overrides the guard file)"),
-    guard: Optional[Path] = typer.Option(None, help="A guard.yaml (default: the scenario's or cluster's, else the built-in)"),
+    mode: Optional[str] = typer.Option(None, help="observe | dry_run | autonomous (a scenario: sets it; "
+                                                  "--cluster: may only narrow cluster.yaml's guard)"),
+    guard: Optional[Path] = typer.Option(None, help="A scenario only: a guard.yaml in place of its own "
+                                                    "(refused with --cluster: cluster.yaml's guard is the ceiling)"),
     state_dir: Path = typer.Option(DEFAULT_STATE_DIR),
     policy: Optional[str] = typer.Option(None, help="playbook | llm | auto (default: auto where a model is configured)"),
     model: Optional[str] = typer.Option(None, help="llm and auto: provider:model (default: llm.model in cluster.yaml)"),

@@ -90,6 +90,22 @@ def half_precision(ev: Evidence, job: str, captures: dict[str, str], margin: flo
 
 
 def newest_complete_checkpoint(ev: Evidence, job: str, captures: dict[str, str], margin: float | None) -> Any:
+    """The newest checkpoint known to be whole (see _newest_complete), for the job's resume path;
+    None when the job takes the step apart (Megatron's `ckpt_step` next to `load`) and its resume
+    path names no step: that path is the run directory the trainer finds its checkpoints in, and
+    the step key carries the fix."""
+    current = _resume_value(ev, job)
+    if _declares_resume_step(ev, job) and (not current or _step_of(current) is None):
+        return None
+    return _newest_complete(ev, job)
+
+
+def _declares_resume_step(ev: Evidence, job: str) -> bool:
+    # Declared counts, null included (`ckpt_step: null` is a key the job reads), wherever it nests.
+    return bool(load_key_table().find(ev.configs.get(job, {}), "resume_step"))
+
+
+def _newest_complete(ev: Evidence, job: str) -> str | None:
     """The newest checkpoint known to be whole: the one before the latest (which the failure
     points at) from the progress record; without one, the newest save the job's log (earlier
     attempts included) reports finished, written in the job's own path: its resume path with
@@ -122,17 +138,25 @@ def newest_complete_checkpoint(ev: Evidence, job: str, captures: dict[str, str],
 def newest_complete_step(ev: Evidence, job: str, captures: dict[str, str], margin: float | None) -> Any:
     """The step of the newest checkpoint known to be whole (see newest_complete_checkpoint), for a
     trainer that takes the step apart from its checkpoint directory (Megatron's --ckpt-step)."""
-    path = newest_complete_checkpoint(ev, job, captures, margin)
+    path = _newest_complete(ev, job)
     return _step_of(path) if isinstance(path, str) else None
 
 
 def newest_complete_in_resume_path(ev: Evidence, job: str, captures: dict[str, str], margin: float | None) -> Any:
     """The job's resume path with the whole checkpoint's step put in, only when that path names a
-    step: a run directory (Megatron's `load`) is where the trainer finds its own tracker file."""
+    step: a run directory (Megatron's `load`) is where the trainer finds its own tracker file. A
+    resume key the job declares empty (`resume_from_checkpoint: null`: it starts fresh or picks
+    the newest directory, the torn one) gets the whole checkpoint's own path, when that names a
+    step and the job has no step key of its own."""
     current = _resume_value(ev, job)
-    if not current or _step_of(current) is None:
+    if not current:
+        if _declares_resume_step(ev, job):
+            return None
+        path = _newest_complete(ev, job)
+        return path if isinstance(path, str) and _step_of(path) is not None else None
+    if _step_of(current) is None:
         return None
-    return newest_complete_checkpoint(ev, job, captures, margin)
+    return _newest_complete(ev, job)
 
 
 # A step number as trainers put it in checkpoint paths: checkpoint-5500, step_12000, global_step1200,
@@ -372,11 +396,26 @@ def rdma_devices_of_good_run(ev: Evidence, job: str, captures: dict[str, str], m
 def path_on_roomiest_disk(ev: Evidence, job: str, captures: dict[str, str], margin: float | None) -> Any:
     """The job's spill/scratch path moved to the node's largest empty local disk (df): the same
     relative path under that disk's mount point. None unless that disk has several times the free
-    space of the one the path is on now (a network filesystem or tmpfs never counts)."""
+    space of the one the path is on now (a network filesystem or tmpfs never counts). A job whose
+    spill key is declared but empty spills to its runtime's default, the directory the error
+    names as full (named group `full_path`)."""
     config = ev.configs.get(job, {})
     current = next((v for k in load_key_table().settings["spill_directory"].keys
                     if isinstance(v := _config_value(config, k.key), str) and v.startswith("/")), None)
+    current = current or default_directory(captures.get("full_path"))
     return relocated_path(ev, job, current) if current else None
+
+
+# A runtime's per-run directory under its temp root (Ray's session_2026-11-07_07-58-31_804410_1,
+# session_latest): the next run gets a new one, so a spill directory stops above it.
+_PER_RUN_DIR = re.compile(r"/session_[^/]+(/.*)?$")
+
+
+def default_directory(full: str | None) -> str | None:
+    """The directory an error named as full, above the runtime's per-run directory."""
+    if not full or not full.startswith("/"):
+        return None
+    return _PER_RUN_DIR.sub("", full.rstrip("/")) or None
 
 
 def relocated_path(ev: Evidence, job: str, current: str) -> str | None:

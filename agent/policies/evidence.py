@@ -44,9 +44,27 @@ LIMIT_TOOLS = {
 ENTITY_NAME = re.compile(r"(?<![\w-])(?:\d{4,}|(?=[\w-]*[a-zA-Z])(?=[\w-]*\d)[a-zA-Z0-9]+(?:[-_][a-zA-Z0-9]+)+)(?![\w-])")
 
 
+# An id a person shortened and marked so ("raysubmit_bT7...", "48213…"): what precedes the dots.
+_ELLIDED = re.compile(r"(?<![\w-])([A-Za-z0-9][\w-]{3,})(?:\.{2,}|…)")
+# Where a generated suffix starts in a job's id (a pod's `-7f9c6d-hx2lw`, an array task's `_4`).
+_SUFFIX_START = "-_."
+# A prefix of an opaque id typed without dots is taken from this many characters (letters in it).
+MIN_BARE_PREFIX = 8
+
+
 def _names(text: str, name: str) -> bool:
     """`text` names `name` as a whole word (a job id or name: hyphens are part of it)."""
     return re.search(rf"(?<![\w-]){re.escape(name)}(?![\w-])", text, re.I) is not None
+
+
+# The reasons a Kubernetes Job gives when it stops retrying its failed pods (batch/v1's Failed
+# condition): the Job's own end names no cause, its pods' termination does. (DeadlineExceeded is
+# not one: the Job's own activeDeadlineSeconds ended it.)
+_GAVE_UP_AFTER_POD_FAILURES = {"backofflimitexceeded", "maxfailedindexesexceeded", "failedindexes"}
+
+
+def gave_up_after_pod_failures(reason: str | None) -> bool:
+    return (reason or "").strip().lower() in _GAVE_UP_AFTER_POD_FAILURES
 
 
 def _last_seen(job: JobFacts) -> float:
@@ -121,6 +139,9 @@ class Evidence:
     """Each node's filesystems (disk_usage: df), by node."""
     limits: dict[str, Any] = field(default_factory=dict)
     """The scheduler's limits as read (qos, associations, shares, cluster_queues, autoscaler)."""
+    listed: set[str] = field(default_factory=set)
+    """Node listings that answered: the node each asked about, `*` for a listing of every node."""
+    _shortened: tuple[tuple[int, int, int], dict[str, list[str]]] | None = field(default=None, repr=False)
 
     # --- what the incident is about --------------------------------------
 
@@ -134,6 +155,8 @@ class Evidence:
             for job_id in self.jobs:
                 if _names(text, job_id) and job_id not in found:
                     found.append(job_id)
+            # A shortened id that only one job's id starts with means that job.
+            found += [c[0] for c in self.shortened_ids().values() if len(c) == 1 and c[0] not in found]
             if not found:
                 # People name jobs by name ("what killed llama-70b?"): its failed runs first, then the latest.
                 named = [f for f in self.jobs.values() if f.name and len(f.name) >= 3 and _names(text, f.name)]
@@ -150,12 +173,43 @@ class Evidence:
         return found
 
     def unmatched_names(self) -> list[str]:
-        """What a chat message names (job ids, job and node names) that nothing the investigation saw is called."""
+        """What a chat message names (job ids, job and node names) that nothing the investigation saw
+        is called, nor is the start of any job's id."""
+        shortened = self.shortened_ids()
+        return [t for t in self._unknown_tokens() if t not in shortened]
+
+    def _unknown_tokens(self) -> list[str]:
         if self.trigger.get("kind") != "chat":
             return []
+        text = self.trigger.get("text") or ""
         known = set(self.jobs) | {f.name for f in self.jobs.values() if f.name} | set(self.nodes)
-        return [t for t in dict.fromkeys(ENTITY_NAME.findall(self.trigger.get("text") or ""))
-                if not any(_names(t, k) for k in known)]
+        tokens = ENTITY_NAME.findall(text) + _ELLIDED.findall(text)
+        return [t for t in dict.fromkeys(tokens) if not any(_names(t, k) for k in known)]
+
+    def shortened_ids(self) -> dict[str, list[str]]:
+        """What a chat message names by the start of a job id, and the jobs (from the job list the
+        investigation read) whose id starts with it: one job means that job, several are ambiguous.
+
+        A person shortens an id they paste ("raysubmit_bT7...") or names a workload without the
+        suffix its controller added ("embed-backfill-2887" for pod embed-backfill-2887-qv5sd). A token
+        counts as a shortened id when it is marked so (dots after it), when the id goes on with a
+        suffix separator (- _ .), or when it is a long prefix with letters (an opaque id's first
+        characters); a bare number is never guessed to be the start of another (48213 vs 482130)."""
+        # Matching asks for the focus many times over one unchanged evidence: work it out once.
+        key = (len(self.jobs), len(self.nodes), sum(1 for f in self.jobs.values() if f.name))
+        if self._shortened is not None and self._shortened[0] == key:
+            return self._shortened[1]
+        text = self.trigger.get("text") or ""
+        ellided = set(_ELLIDED.findall(text))
+        out: dict[str, list[str]] = {}
+        for token in self._unknown_tokens():
+            bare_ok = len(token) >= MIN_BARE_PREFIX and any(ch.isalpha() for ch in token)
+            hits = [j for j in self.jobs if len(j) > len(token) and j.startswith(token)
+                    and (token in ellided or j[len(token)] in _SUFFIX_START or bare_ok)]
+            if hits:
+                out[token] = sorted(hits)
+        self._shortened = (key, out)
+        return out
 
     def earlier_good_runs(self, job: str) -> list[str]:
         """Earlier runs of the same job (the same name and owner, another id) that succeeded and
@@ -269,6 +323,18 @@ class Evidence:
             out.append(f.job)
         return out
 
+    def gone_nodes(self) -> list[str]:
+        """The incident's nodes that died under it: a node listing shows them down (Ray's DEAD, a
+        NotReady kubelet, Slurm's down*), or a listing that answered no longer has them (the
+        instance is gone: a reclaimed spot VM, a deleted node)."""
+        out = []
+        for n in self.relevant_nodes():
+            row = self.nodes.get(n)
+            state = str(row.get("state") or "").lower().rstrip("*~#!%$@^-") if row else ""
+            if (row and state in GONE_STATES) or (not row and (n in self.listed or "*" in self.listed)):
+                out.append(n)
+        return out
+
     def relevant_nodes(self) -> list[str]:
         nodes: list[str] = []
         if self.trigger.get("node"):
@@ -288,6 +354,10 @@ class Evidence:
 
 
 PERSON_CANCELS = {"owner", "other", "person"}
+# A node listing's word for a node that stopped answering or no longer exists (backends normalise
+# Ray's DEAD to down; a kubelet that stopped reporting is not_ready).
+GONE_STATES = {"down", "dead", "not_ready", "notready", "unknown"}
+NODE_LISTINGS = {"sinfo", "kubectl_get_nodes", "ray_list_nodes"}
 
 
 def cancelled_by(ev: Evidence, job: str) -> str | None:
@@ -415,6 +485,8 @@ def build_evidence(observations: list[dict[str, Any]], trigger: dict[str, Any], 
         if not obs.get("ok"):
             continue
         label = f"{tool}:{args.get('job') or args.get('node') or args.get('name') or args.get('object') or 'cluster'}"
+        if tool in NODE_LISTINGS and not args.get("partition"):
+            ev.listed.add(str(args.get("node") or "*"))
         if tool == "get_logs":
             lines = obs["text"].splitlines()
             if args.get("attempt"):
@@ -469,6 +541,9 @@ def build_evidence(observations: list[dict[str, Any]], trigger: dict[str, Any], 
             for key in LIMIT_TOOLS[tool]:
                 if data.get(key):
                     ev.limits[key] = data[key]
+            if tool == "ray_autoscaler_status" and obs.get("text"):
+                # `ray status` as the cluster prints it: the same words a driver's log echoes.
+                ev.docs.append(TextDoc("autoscaler_status", "cluster", obs["text"].splitlines(), label))
         if "rows" in data and tool in {"sacct", "squeue", "list_jobs", "job_history"}:
             for row in data["rows"]:
                 _merge_job(ev, row, parent=args.get("job"))

@@ -8,12 +8,13 @@ from functools import lru_cache
 from dataclasses import dataclass, field
 from typing import Any
 
-from crashcart.agent.policies.evidence import Evidence, RUNNING_STATES, _time, cancelled_by
+from crashcart.agent.policies.evidence import Evidence, RUNNING_STATES, _time, cancelled_by, gave_up_after_pod_failures
 from crashcart.playbooks._loader import LabelEntry
 from crashcart.agent.policies.config_keys import parse_size
-from crashcart.playbooks._model import Arithmetic, Signal
+from crashcart.playbooks._model import TEXT_SOURCES, Arithmetic, Signal
 
-TEXT_SOURCES = {"log", "kernel_log", "events", "describe", "status_message"}
+# A run's end state that says it finished its work (Slurm, Kubernetes, Ray).
+FINISHED_STATES = {"COMPLETED", "SUCCEEDED", "COMPLETE"}
 MAX_EVIDENCE_LINE = 300
 
 
@@ -32,6 +33,8 @@ class LabelMatch:
     hits: list[Hit]
     score: float
     matched_signals: int
+    history: list[Hit] = field(default_factory=list)
+    """Values the label's `from_history` signals captured from the job's earlier runs' logs."""
 
     @property
     def name(self) -> str:
@@ -285,6 +288,13 @@ def signal_hits(idx: int, sig: Signal, pattern, ev: Evidence) -> list[Hit]:
             value = getattr(facts, attr) if facts else None
             if _word_matches(sig, pattern, value):
                 hits.append(Hit(idx, f"job:{j}", f"job {j} {attr}: {value}", f"{sig.where}:{j}"))
+            elif facts and attr != "exit_code" and gave_up_after_pod_failures(facts.reason):
+                # The Job's own state says only that it stopped retrying; each failed pod's
+                # termination state and reason (OOMKilled, Evicted) say why.
+                pod = next((a for a in reversed(facts.attempts) if _word_matches(sig, pattern, a.get(attr))), None)
+                if pod:
+                    hits.append(Hit(idx, f"job:{j}", f"job {j} pod {pod.get('job') or pod.get('id') or pod.get('attempt')} "
+                                    f"{attr}: {pod.get(attr)}", f"job_history:{j}"))
     elif sig.where == "cancelled_by":
         for j in focus:
             who = cancelled_by(ev, j)
@@ -363,6 +373,14 @@ def signal_hits(idx: int, sig: Signal, pattern, ev: Evidence) -> list[Hit]:
         hits = _ran_since_hits(idx, sig, pattern, ev)
     elif sig.where == "driver_behind_peers":
         hits = _driver_behind_hits(idx, ev)
+    elif sig.where == "finished_before":
+        for j in focus:
+            done = [a for a in (ev.jobs[j].attempts if j in ev.jobs else [])
+                    if str(a.get("state", "")).upper() in FINISHED_STATES]
+            if done:
+                a = done[-1]
+                hits.append(Hit(idx, f"job:{j}", f"job {j}: an earlier run ({a.get('job') or a.get('attempt')}) "
+                                f"finished {a.get('state')}", f"job_history:{j}"))
     elif sig.where == "attempts":
         for j in focus:
             facts = ev.jobs.get(j)
@@ -541,7 +559,27 @@ def match_label(entry: LabelEntry, ev: Evidence) -> LabelMatch | None:
         matched += 1
     if not matched or not all(groups.values()):
         return None
-    return LabelMatch(entry, hits, score, matched)
+    history = [h for idx, (sig, pattern) in enumerate(zip(entry.label.signals, entry.patterns))
+               if sig.from_history for h in _history_hits(idx, pattern, ev)]
+    return LabelMatch(entry, hits, score, matched, history)
+
+
+def _history_hits(idx: int, pattern: re.Pattern[str], ev: Evidence) -> list[Hit]:
+    """The named groups a pattern captures in the focus jobs' earlier runs' logs, the largest
+    `peak` first (the most memory any run was seen to need)."""
+    own = {f"job:{j}" for j in ev.focus_jobs()}
+    hits: list[Hit] = []
+    for doc in ev.docs:
+        if doc.source != "attempt_log" or doc.entity not in own:
+            continue
+        found = _first_match(pattern, doc.text)
+        if found:
+            line, caps = found
+            caps = dict(caps)
+            if "peak" in pattern.groupindex:
+                caps["peak"] = _largest_size(pattern, doc.text) or caps.get("peak", "")
+            hits.append(Hit(idx, doc.entity, line, doc.call, caps))
+    return sorted(hits, key=lambda h: -(parse_size(h.captures.get("peak", "").replace(" ", "")) or 0))
 
 
 def waits_for_config(entry: LabelEntry, ev: Evidence) -> bool:

@@ -18,8 +18,9 @@ from crashcart.agent.policies.capacity import demand_forecast, idle_gpus
 from crashcart.agent.policies.constraint import autoscaler_at_max, binding_constraint
 from crashcart.agent.policies.conditions import CONDITIONS, idle_gpu_nodes, partition_peers
 from crashcart.agent.policies.evidence import SUSPICIOUS, Evidence, RUNNING_STATES, build_evidence, call_key
-from crashcart.agent.policies.matching import LabelMatch, match_label, near_miss, waits_for_config
-from crashcart.agent.policies.remedy import captured_values, compute_changes, fallback_team, plan_actions
+from crashcart.agent.policies.matching import FINISHED_STATES, LabelMatch, match_label, near_miss, waits_for_config
+from crashcart.agent.policies.no_fault import Standing, load_table, standing, unexplained
+from crashcart.agent.policies.remedy import ESCALATION_TEAM, captured_values, compute_changes, fallback_team, plan_actions
 from crashcart.agent.policies.scope import one_node
 from crashcart.agent.state import Diagnosis
 from crashcart.playbooks import KnowledgeBase, load_playbooks
@@ -42,6 +43,14 @@ ANALYSES = {
     "binding_constraint": binding_constraint,
     "autoscaler_at_max": autoscaler_at_max,
 }
+
+
+def _finished_first(attempts: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Earlier attempts with a number, the ones that finished first, then the newest: one log is
+    read, the run most likely to have reported the value."""
+    numbered = [a for a in attempts if a.get("attempt")]
+    done = [a for a in reversed(numbered) if str(a.get("state", "")).upper() in FINISHED_STATES]
+    return done + [a for a in reversed(numbered) if a not in done]
 
 
 class PlaybookPolicy:
@@ -80,6 +89,12 @@ class PlaybookPolicy:
             if backend not in REGISTRY.get(call.tool).backends:
                 continue
             fresh.append(call)
+        if not fresh and observations and not candidates and not self._failed_focus(ev):
+            # About to conclude with nothing recognised: before saying "could not tell" about a job
+            # that waits or stalls, look once where a person would next (never before a round asks
+            # for nothing else, so a job whose progress shows is not swept).
+            fresh = [c for c in self._unexplained_sweep(ev, backend)
+                     if call_key(c.tool, c.args) not in ev.calls and backend in REGISTRY.get(c.tool).backends]
         return fanout.bound(fresh, ev, candidates, self.kb)[:budget]
 
     def _baseline_calls(self, ev: Evidence, backend: str, first: bool, leader: LabelMatch | None = None) -> list[ToolCall]:
@@ -214,6 +229,16 @@ class PlaybookPolicy:
         if any(c.compute == "half_precision" for c in remedy.changes.values()):
             # Which dtype the GPUs compute in is in the node listing (their model).
             calls += [self._node_listing(backend, {"node": n}) for n in ev.relevant_nodes()[:MAX_NODES_PER_STEP]]
+        history = [s for s in match.entry.label.signals if s.from_history]
+        captured = {name for h in match.hits for name in h.captures}
+        if remedy.kind == "resubmit_with_changes" and any(
+                set(re.compile(s.pattern or "").groupindex) - captured for s in history):
+            # A value the failed run never printed (its peak memory) that an earlier run did: the
+            # runs that finished first (they report it at their end), then the newest failures.
+            # The job's history first (which runs there were), then one run's log.
+            calls += [ToolCall(tool="job_history", args={"job": j}) for j in jobs]
+            calls += [ToolCall(tool="get_logs", args={"job": j, "attempt": a["attempt"]})
+                      for j in jobs if j in ev.jobs for a in _finished_first(ev.jobs[j].attempts)[:1]]
         if any(c.previous_checkpoint or c.compute == "newest_complete_checkpoint" for c in remedy.changes.values()):
             calls += [ToolCall(tool="training_progress", args={"job": j}) for j in jobs]
             # Earlier attempts' logs say which saves finished (the latest attempt's may not).
@@ -237,6 +262,17 @@ class PlaybookPolicy:
                   if j not in ev.jobs or ev.jobs[j].gpus > 0]
         return calls
 
+    def _unexplained_sweep(self, ev: Evidence, backend: str) -> list[ToolCall]:
+        """A waiting job nothing explains: the nodes (is there room?) and its own request. A stalled
+        one: its nodes' kernel logs (a hung rank's node often says why)."""
+        calls: list[ToolCall] = []
+        for s in unexplained(ev, self.kb):
+            if s.unexplained == "pending":
+                calls += [self._node_listing(backend, {}), ToolCall(tool="job_config", args={"job": s.job})]
+            elif s.unexplained == "stalled":
+                calls += [ToolCall(tool="kernel_log", args={"node": n}) for n in ev.relevant_nodes()[:MAX_NODES_PER_STEP]]
+        return calls
+
     def _failed_focus(self, ev: Evidence) -> bool:
         return any(ev.jobs[j].failed for j in ev.focus_jobs() if j in ev.jobs)
 
@@ -248,15 +284,21 @@ class PlaybookPolicy:
 
     def diagnose(self, state: dict[str, Any], now: datetime | None) -> tuple[Diagnosis, list[ToolCall]]:
         ev = build_evidence(state.get("observations") or [], state["trigger"], now)
+        ambiguous = {t: jobs for t, jobs in ev.shortened_ids().items() if len(jobs) > 1}
+        if ambiguous and not ev.focus_jobs() and not ev.focus_nodes():
+            # Several jobs' ids start with what the question names: ask, never pick one.
+            return self._ambiguous(ev, ambiguous), []
         candidates = self._candidates(ev)
         if not candidates:
             diagnosis = self._no_match(ev)
             diagnosis.ruled_out = [m for entry in self.kb if (m := near_miss(entry, ev))][:6]
-            if diagnosis.remedy != "escalate_user":
+            team = ESCALATION_TEAM.get(diagnosis.remedy)
+            if team is None:
                 return diagnosis, []
             return diagnosis, [ToolCall(tool="escalate", args={
-                "team": "user", "summary": diagnosis.summary, "severity": "medium",
-                "evidence": diagnosis.evidence[:8], "reason": "crashcart: unrecognized failure",
+                "team": team, "summary": diagnosis.summary, "severity": "medium",
+                "evidence": diagnosis.evidence[:8],
+                "reason": "crashcart: unrecognized failure" if team == "user" else "crashcart: could not tell",
             })]
         best = candidates[0]
         label = best.entry.label
@@ -326,6 +368,13 @@ class PlaybookPolicy:
             nodes = match.entities("node")
             if nodes:
                 return nodes[0]
+            # The error names no node by a name the cluster uses (Ray's "its node has died" gives an
+            # id and an address): the node is the one of the job's nodes that died under it.
+            gone = ev.gone_nodes()
+            if len(gone) > 1:
+                gone = [n for n in gone if n in fanout.nodes_named_in_errors(ev)] or gone
+            if len(gone) == 1:
+                return f"node:{gone[0]}"
             job_nodes = ev.relevant_nodes()
             return f"node:{job_nodes[0]}" if len(job_nodes) == 1 else None
         if kind == "upstream":
@@ -346,6 +395,45 @@ class PlaybookPolicy:
         jobs = {h.entity for h in match.hits if h.signal in required and h.entity.startswith("job:")}
         return len(jobs) >= need
 
+    @staticmethod
+    def _ambiguous(ev: Evidence, ambiguous: dict[str, list[str]]) -> Diagnosis:
+        token, jobs = next(iter(ambiguous.items()))
+        described = [f"{j} ({', '.join(x for x in (ev.jobs[j].name, ev.jobs[j].user, ev.jobs[j].state) if x)})" for j in jobs]
+        more = f" and {len(jobs) - 6} more" if len(jobs) > 6 else ""
+        return Diagnosis(
+            label="unrecognized", family="none", root_cause=None, remedy="none", confidence=0.1,
+            summary=f"{token} is the start of {len(jobs)} jobs' ids: {'; '.join(described[:6])}{more}. "
+                    "crashcart does not guess which one is meant; ask again with the full id (or more of it).",
+            evidence=[f"asked about: {t} (matches {', '.join(js[:6])})" for t, js in ambiguous.items()][:5],
+        )
+
+    def _undetermined(self, ev: Evidence, open_jobs: list[Standing], unseen: list[str]) -> Diagnosis:
+        """"Could not tell": what is unexplained, what was read about it, and who looks."""
+        kind = open_jobs[0].unexplained if open_jobs else "missing"
+        route = load_table().undetermined[kind]
+        if open_jobs:
+            what = {"pending": "waits to start", "stalled": "shows no progress", "missing": "has no record in the scheduler",
+                    "other": "is in a state"}[kind]
+            subject = f"Job {open_jobs[0].job} {what}"
+        else:
+            subject = (f"Node {', '.join(unseen[:3])} was not found in what the cluster returned" if unseen
+                       else "The cluster returned no jobs or nodes to look at")
+        summary = (f"Could not tell: {subject} and nothing crashcart read explains it (no playbook recognises it, and it "
+                   f"is not a wait by design). Handed to {route.team} with what was read; this is not a healthy verdict.")
+        evidence = [s.why for s in open_jobs] + [f"node {n}: not in the cluster's node listing" for n in unseen]
+        for s in open_jobs:
+            # What was read about the job itself: the scheduler's and the kubelet's words, its last log line.
+            for doc in ev.docs:
+                if doc.entity == f"job:{s.job}" and doc.source in {"events", "status_message", "log"} and doc.lines:
+                    evidence.append(doc.lines[-1].strip()[:300])
+        evidence += _capacity_lines(ev)
+        about = {f"job:{s.job}" for s in open_jobs} | {f"node:{n}" for j in open_jobs for n in ev.relevant_nodes()}
+        return Diagnosis(
+            label="unrecognized", family=route.family, root_cause=None, remedy=f"escalate_{route.team}",
+            confidence=0.2, summary=summary, evidence=list(dict.fromkeys(evidence))[:12], team=route.team,
+            evidence_path=list(dict.fromkeys(d.call for d in ev.docs if d.entity in about)),
+        )
+
     def _no_match(self, ev: Evidence) -> Diagnosis:
         focus = [ev.jobs[j] for j in ev.focus_jobs() if j in ev.jobs]
         failed = [f for f in focus if f.failed]
@@ -360,12 +448,18 @@ class PlaybookPolicy:
                 evidence=[f"asked about: {name}" for name in unmatched[:5]],
             )
         if not failed:
-            # Nothing is wrong, but the verdict is about something: what was asked about.
+            open_jobs = unexplained(ev, self.kb)
+            unseen = [n for n in nodes if n not in ev.nodes and not any(d.entity == f"node:{n}" for d in ev.docs)]
+            if open_jobs or unseen or not (ev.jobs or ev.nodes):
+                # Nothing recognised is not nothing wrong: a job that waits or stalls for no reason
+                # shown, or a subject nothing was read about, is "could not tell", never "healthy".
+                return self._undetermined(ev, open_jobs, unseen)
+            # Nothing is wrong, and the verdict says what shows it: what was asked about, and why fine.
             subject = f"job:{focus[0].job}" if focus else (f"node:{nodes[0]}" if nodes else None)
             return Diagnosis(
                 label=HEALTHY, family="none", root_cause=subject, remedy="none", confidence=0.6,
                 summary="No fault found: the jobs in question are running, queued as expected or finished.",
-                evidence=[f"job {f.job}: {f.state}" for f in focus][:5],
+                evidence=[standing(ev, f.job, self.kb).why for f in focus][:5],
             )
         suspicious = [
             line.strip()[:300] for d in ev.docs for line in d.lines if SUSPICIOUS.search(line)
@@ -377,3 +471,14 @@ class PlaybookPolicy:
             "the owner should look at the lines below.",
             evidence=list(dict.fromkeys(suspicious))[-10:],
         )
+
+
+def _capacity_lines(ev: Evidence) -> list[str]:
+    """What the node listing showed, one line: whether room for a waiting job existed."""
+    if not ev.nodes:
+        return []
+    by_state: dict[str, int] = {}
+    for row in ev.nodes.values():
+        state = str(row.get("state") or "unknown").lower()
+        by_state[state] = by_state.get(state, 0) + 1
+    return ["nodes read: " + ", ".join(f"{n} {s}" for s, n in sorted(by_state.items()))]

@@ -25,7 +25,8 @@ ESCALATION_TEAM = {
 def captured_values(match: LabelMatch | None) -> dict[str, str]:
     """Named groups the label's evidence captured, the first hit's value for each name."""
     found: dict[str, str] = {}
-    for hit in match.hits if match else []:
+    # The failure's own texts first; an earlier run's log only fills a name they did not.
+    for hit in [*match.hits, *match.history] if match else []:
         for name, value in hit.captures.items():
             found.setdefault(name, value)
     return found

@@ -156,7 +156,7 @@ def test_an_empty_folder_gives_an_empty_report(tmp_path):
 # evals/BLIND-3.md) >= 85 %, blind-4 likewise, and no forbidden action anywhere. Beyond the bars the holdout is held
 # to what it has reached, a floor that only ever rises: a holdout case that passes cannot start
 # failing unnoticed.
-HOLDOUT_FLOOR_PASSED = 178
+HOLDOUT_FLOOR_PASSED = 180
 HOLDOUT_MOST_FORBIDDEN = 0
 
 

@@ -715,3 +715,14 @@ def test_partition_info_prints_the_recorded_limits_and_invents_none():
     assert bare.max_time is None and "MaxTime" not in bare.text
     with pytest.raises(ToolError, match="not known"):
         run(backend("slurm"), "partition_info", partition="v100")
+
+
+def test_target_job_does_not_count_an_earlier_run_that_finished_as_a_restart():
+    cluster = slurm_cluster()
+    job = cluster.job("48213")
+    job.checkpoints = []
+    before = FixtureBackend(cluster, "slurm").target(ToolCall(tool="resubmit", args={"job": "48213"}))
+    done = job.attempts[0].model_copy(update={"id": "47001", "state": "COMPLETED"})
+    job.attempts = [done, *job.attempts]
+    after = FixtureBackend(cluster, "slurm").target(ToolCall(tool="resubmit", args={"job": "48213"}))
+    assert after.restarts_without_progress == before.restarts_without_progress == 2

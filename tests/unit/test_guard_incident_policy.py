@@ -293,3 +293,48 @@ def test_a_store_written_before_incidents_kept_policies_opens_and_refuses_to_gue
             Guard(policy(), s, "c1", clock).approve("a2", "old-inc", "alice", True)
         # An answer with no binding (tool, args, policy) is never taken for a bound request.
         assert s.take_approval("a1", "old-inc", tool="node_drain", args={}, policy_sha256="x") is None
+
+
+# --- a live cluster's own policy is the ceiling ------------------------------------------------
+
+
+def test_within_the_ceiling_is_the_ceiling_or_it_with_a_stricter_mode():
+    from crashcart.agent.guard import MODES, mode_wider, within
+
+    assert MODES == ("observe", "dry_run", "autonomous")
+    assert mode_wider("autonomous", "dry_run") and mode_wider("dry_run", "observe")
+    assert not mode_wider("observe", "dry_run") and not mode_wider("dry_run", "dry_run")
+    own = policy(mode="dry_run")
+    assert within(own, own) and within(policy(mode="observe"), own)
+    assert not within(policy(mode="autonomous"), own)
+    # Anything else that differs is not provably narrower, so it is not within, even when it looks stricter.
+    assert not within(policy(mode="dry_run", approvers=["alice", "bob", "mallory"]), own)
+    assert not within(policy(mode="dry_run", breaker={"max_drains": 1}), own)
+
+
+def test_a_live_guard_denies_writes_of_an_incident_stored_above_its_ceiling(store, clock):
+    """An incident another target started under a wider policy, in a shared store, acts on nothing here."""
+    own = policy(mode="dry_run")
+    ask(Guard(policy(mode="autonomous", approval=[]), store, "c1", clock))  # binds the wider policy
+    live = Guard(own, store, "c1", clock, ceiling=own)
+    d = ask(live)
+    assert (d.decision, d.rule) == ("deny", "ceiling")
+    assert "nothing it asks for runs on this cluster" in d.reason
+
+
+def test_a_live_guard_refuses_to_approve_an_incident_above_its_ceiling(store, clock):
+    d = ask(Guard(policy(), store, "c1", clock))  # autonomous: the drain waits for alice
+    own = policy(mode="dry_run")
+    with pytest.raises(ApprovalError, match="is not c1's own"):
+        Guard(own, store, "c1", clock, ceiling=own).approve(d.action_id, INC, "alice", True)
+    [attempt] = store.approval_attempts(INC)
+    assert attempt.outcome == "refused"
+    # Under a ceiling that allows it (the cluster's own autonomous policy), the same approval runs.
+    assert Guard(policy(), store, "c1", clock, ceiling=policy()).approve(d.action_id, INC, "alice", True).decision == "allow"
+
+
+def test_a_narrowed_incident_runs_under_its_clusters_ceiling(store, clock):
+    own = policy()
+    live = Guard(own.model_copy(update={"mode": "observe"}), store, "c1", clock, ceiling=own)
+    d = ask(live)
+    assert (d.decision, d.rule) == ("deny", "mode:observe")

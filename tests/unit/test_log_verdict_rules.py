@@ -103,6 +103,17 @@ FAMILY_FORMS = {
         '  File "/usr/lib/python3/dist-packages/torch/utils/file_baton.py", line 42, in wait\n'
         "    time.sleep(self.wait_seconds)\n"
         "KeyboardInterrupt\n",
+        # The stack names what it waited on: the extension build's lock (batch 4 grew that label).
+        "stuck", "jit_build_lock_wait", "resubmit_with_changes",
+    ),
+    "a start-up interrupted while it sat in a download": (
+        "[2024-06-01 12:00:03,114] [INFO] Loading tokenizer\n"
+        "^CTraceback (most recent call last):\n"
+        '  File "/workspace/serve.py", line 18, in <module>\n'
+        "    snapshot_download(repo_id=repo)\n"
+        '  File "/usr/lib/python3.11/ssl.py", line 1134, in read\n'
+        "    return self._sslobj.read(len, buffer)\n"
+        "KeyboardInterrupt\n",
         "stuck", "interrupted_before_progress", "resubmit",
     ),
     "a barrier after start-up that one rank reached too late": (
@@ -207,6 +218,101 @@ FAMILY_NEAR_MISSES = {
         "dataloader_wait_stack",
     ),
 }
+
+# Log batch 4: the same words in a harmless or another context.
+FAMILY_NEAR_MISSES.update({
+    "a quota increase that was granted": (
+        "INFO: Quota 'NVIDIA_L4_GPUS' increased to 16.0 in region us-east1; request approved.\n",
+        "cloud_quota_exceeded",
+    ),
+    "an instance type the cloud still has capacity for": (
+        "INFO: checked capacity for g5.48xlarge in the Availability Zone you requested (us-west-2b): available\n",
+        "cloud_capacity_unavailable",
+    ),
+    "a vCPU limit printed by a quota report": (
+        "Running On-Demand G and VT instances: current vCPU limit of 64, 48 in use\n",
+        "cloud_quota_exceeded",
+    ),
+    "a scale-up that did not trigger for a request no node fits": (
+        "  Normal  NotTriggerScaleUp  30s  cluster-autoscaler  pod didn't trigger scale-up: 3 Insufficient nvidia.com/gpu\n",
+        "capacity_scale_up_backoff",
+    ),
+    "Karpenter's NodePool limits mentioned by a healthy launch": (
+        "karpenter  INFO  launched nodeclaim  {\"NodePool\": {\"name\":\"gpu\"}, \"instance-type\": \"g5.12xlarge\", "
+        "\"limits\": {\"nvidia.com/gpu\": \"64\"}}\n",
+        "capacity_nodepool_limits_reached",
+    ),
+    "a maintenance reservation someone asks about": (
+        "We have a maintenance reservation on Sunday; jobs that would overlap it show ReqNodeNotAvail.\n",
+        "pending_maintenance_reservation",
+    ),
+    "a pull that succeeded after a rate-limit warning in a doc": (
+        "  Normal  Pulled  3s  kubelet  Successfully pulled image \"python:3.11\" in 2.1s "
+        "(anonymous pulls may hit Docker Hub's pull rate limit)\n",
+        "image_pull_rate_limited",
+    ),
+    "a PodGroup created and scheduled": (
+        "I0412 09:13:55.201  1 podgroup.go:88] PodGroup ml/bert-mpi created (post podgroups.scheduling.volcano.sh), phase Running\n",
+        "gang_scheduler_crd_missing",
+    ),
+    "pod anti-affinity spreading replicas over full nodes": (
+        "  Warning  FailedScheduling  5s  default-scheduler  0/4 nodes are available: 1 node(s) didn't match pod "
+        "anti-affinity rules, 3 Insufficient nvidia.com/gpu.\n",
+        "pod_affinity_unsatisfiable",
+    ),
+    "a version mismatch that is not Ray's": (
+        "RuntimeError: Version mismatch: checkpoint was saved with transformers 4.38, running 4.44\n",
+        "ray_version_mismatch",
+    ),
+    "a 504 from the job's own model server": (
+        "requests.exceptions.HTTPError: 504 Server Error: Gateway Time-out for url: http://reward-model:8000/score\n",
+        "hf_hub_unavailable",
+    ),
+    "the Hub refusing a gated model (the owner's access, not an outage)": (
+        "huggingface_hub.errors.GatedRepoError: 403 Client Error. Cannot access gated repo for url "
+        "https://huggingface.co/meta-llama/Llama-3.1-8B/resolve/main/config.json.\n",
+        "hf_hub_unavailable",
+    ),
+    "an ignored exception before a real crash": (
+        "Exception ignored in: <function Pool.__del__ at 0x7f9e>\n"
+        "Traceback (most recent call last):\n"
+        "ResourceWarning: unclosed running multiprocessing pool\n"
+        "step 120 | loss 2.31\n"
+        "Traceback (most recent call last):\n"
+        "  File \"train.py\", line 201, in <module>\n"
+        "AssertionError: labels out of range\n",
+        "ignored_exception_at_teardown",
+    ),
+    "an ignored exception that names a killed DataLoader worker": (
+        "epoch 2 step 900\n"
+        "Exception ignored in: <function _MultiProcessingDataLoaderIter.__del__ at 0x7f11>\n"
+        "Traceback (most recent call last):\n"
+        "RuntimeError: DataLoader worker (pid 4412) is killed by signal: Killed.\n",
+        "ignored_exception_at_teardown",
+    ),
+    "an ignored exception with nothing around it (could not tell)": (
+        "Exception ignored in: <function Socket.__del__ at 0x7f22>\n"
+        "Traceback (most recent call last):\n"
+        "ValueError: I/O operation on closed file\n",
+        "ignored_exception_at_teardown",
+    ),
+    "a torchelastic worker that failed among succeeded ones": (
+        '{"name": "torchelastic.worker.status.SUCCEEDED", "source": "WORKER", "metadata": {"global_rank": 0, "state": "SUCCEEDED", "raw_error": null}}\n'
+        '{"name": "torchelastic.worker.status.FAILED", "source": "WORKER", "metadata": {"global_rank": 1, "state": "FAILED", '
+        '"raw_error": "{\\"message\\": \\"RuntimeError: CUDA error\\"}"}}\n',
+        "elastic_workers_succeeded",
+    ),
+    "controller-runtime's notice before the command failed": (
+        "[controller-runtime] log.SetLogger(...) was never called; logs will not be displayed.\n"
+        "Error: failed to create RayJob: admission webhook \"vrayjob.kb.io\" denied the request\n",
+        "controller_runtime_logger_unset",
+    ),
+    "the only node groups the selector allows are at their maximum size": (
+        "  Normal  NotTriggerScaleUp  4m (x20 over 1h)  cluster-autoscaler  pod didn't trigger scale-up: "
+        "1 max node group size reached, 5 node(s) didn't match Pod's node affinity/selector\n",
+        "node_affinity_mismatch",
+    ),
+})
 
 
 @pytest.mark.parametrize("name", list(FAMILY_FORMS))
@@ -566,6 +672,153 @@ CASES.update({
     ),
 })
 
+# Log batch 4's capacity, scheduling, ray, storage and healthy-run rules: each line in other
+# surroundings (another tool, cloud, version, names and numbers) than its corpus excerpt.
+CASES.update({
+    "the aws CLI refused by the account's instance limit": (
+        "$ aws ec2 run-instances --instance-type p4d.24xlarge --count 2 --image-id ami-0abc\n"
+        "An error occurred (InstanceLimitExceeded) when calling the RunInstances operation: You have "
+        "requested more instances (2) than your current instance limit of 0 allows for the specified instance type.\n",
+        "capacity", "cloud_quota_exceeded", "escalate_infra",
+    ),
+    "Terraform creating a GCE VM over a regional GPU quota": (
+        "google_compute_instance.trainer[0]: Creating...\n"
+        "Error: Error creating instance: googleapi: Error 403: Quota 'NVIDIA_A100_GPUS' exceeded.  Limit: 8.0 "
+        "in region europe-west4., quotaExceeded\n",
+        "capacity", "cloud_quota_exceeded", "escalate_infra",
+    ),
+    "az vm create over the family's core quota": (
+        "(OperationNotAllowed) Operation could not be completed as it results in exceeding approved "
+        "standardNCADSA100v4Family Cores quota. Additional details - Deployment Model: Resource Manager, "
+        "Location: eastus, Current Limit: 0, Current Usage: 0, Additional Required: 24\n",
+        "capacity", "cloud_quota_exceeded", "escalate_infra",
+    ),
+    "a Ray autoscaler's launch refused by the same quota stays Ray's": (
+        "2024-02-01 10:00:03,511 INFO autoscaler.py:1330 -- StandardAutoscaler: Queue 3 new nodes for launch\n"
+        "2024-02-01 10:00:04,118 ERROR node_launcher.py:100 -- Failed to launch 3 node(s) of type gpu_worker. "
+        "(VcpuLimitExceeded): You have requested more vCPU capacity than your current vCPU limit of 32 allows.\n",
+        "ray", "ray_autoscaler_quota_exceeded", "escalate_infra",
+    ),
+    "NotTriggerScaleUp with a node group in backoff among others": (
+        "  Normal   NotTriggerScaleUp  2m (x41 over 12m)  cluster-autoscaler  pod didn't trigger scale-up: "
+        "2 node(s) didn't match Pod's node affinity/selector, 1 in backoff after failed scale-up\n",
+        "capacity", "capacity_scale_up_backoff", "escalate_infra",
+    ),
+    "a Karpenter v1alpha5 provisioner at its limits": (
+        "karpenter-7d9c  controller  ERROR  Could not schedule pod, all available instance types exceed limits for "
+        "provisioner: \"a100-pool\"  {\"commit\": \"5a2fe84\", \"pod\": \"train/bert-large-0\"}\n",
+        "capacity", "capacity_nodepool_limits_reached", "wait",
+    ),
+    "gcloud creating a VM in a zone out of A100s": (
+        "ERROR: (gcloud.compute.instances.create) Could not fetch resource:\n"
+        " - The zone 'projects/ml-prod/zones/us-central1-f' does not have enough resources available to fulfill "
+        "the request.  '(resource type:compute)'. [ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS]\n",
+        "capacity", "cloud_capacity_unavailable", "wait",
+    ),
+    "Ray's monitor log with the same stockout stays Ray's": (
+        "==> /tmp/ray/session_2024-03-02_10-11-12_000001_77/logs/monitor.log <==\n"
+        "2024-03-02 10:20:01,002 INFO node_launcher.py:78 -- NodeLauncher0: Got 2 nodes to launch.\n"
+        "2024-03-02 10:20:02,415 INFO node_provider.py:408 -- create_instances: Attempt failed with An error occurred "
+        "(InsufficientInstanceCapacity) when calling the RunInstances operation (reached max retries: 0): We currently "
+        "do not have sufficient p4d.24xlarge capacity in the Availability Zone you requested (us-east-1c).\n",
+        "ray", "ray_autoscaler_no_capacity", "wait",
+    ),
+    "scontrol show job over a maintenance reservation": (
+        "JobId=88120 JobName=pretrain-13b\n"
+        "   JobState=PENDING Reason=ReqNodeNotAvail,_Reserved_for_maintenance Dependency=(null)\n"
+        "   TimeLimit=7-00:00:00 TimeMin=N/A\n",
+        "scheduling", "pending_maintenance_reservation", "wait",
+    ),
+    "squeue with a job pinned to drained nodes": (
+        "  JOBID PARTITION  NAME     USER  ST  TIME  NODES NODELIST(REASON)\n"
+        "  51233 a100       eval-7b  kim   PD  0:00      2 (ReqNodeNotAvail, UnavailableNodes:a100-[03-04])\n",
+        "scheduling", "pending_required_nodes_unavailable", "escalate_user",
+    ),
+    "containerd refused by a registry's 429": (
+        "  Warning  Failed  41s  kubelet  Failed to pull image \"quay.io/org/infer:2.4\": failed to pull and unpack image "
+        "\"quay.io/org/infer:2.4\": failed to copy: httpReadSeeker: failed open: unexpected status code "
+        "https://quay.io/v2/org/infer/blobs/sha256:9f1e: 429 Too Many Requests\n",
+        "scheduling", "image_pull_rate_limited", "wait",
+    ),
+    "a PodGroup kind the API server does not know": (
+        "E0412 09:13:55.201  1 job_controller.go:311] Sync MPIJob ml/bert-mpi: "
+        "no matches for kind \"PodGroup\" in version \"scheduling.x-k8s.io/v1alpha1\"\n",
+        "scheduling", "gang_scheduler_crd_missing", "escalate_infra",
+    ),
+    "a pod affinity that refuses the node with room": (
+        "  Warning  FailedScheduling  12s  default-scheduler  0/9 nodes are available: 2 node(s) didn't match pod "
+        "affinity rules, 7 Insufficient nvidia.com/gpu. preemption: 0/9 nodes are available: 2 Preemption is not "
+        "helpful for scheduling, 7 No preemption victims found for incoming pod.\n",
+        "scheduling", "pod_affinity_unsatisfiable", "resubmit_with_changes",
+    ),
+    "a modern Ray driver joining a cluster of another version": (
+        "2024-06-03 14:02:11,330\tINFO worker.py:1540 -- Connecting to existing Ray cluster at address: 10.4.0.2:6379...\n"
+        "RuntimeError: Version mismatch: The cluster was started with:\n"
+        "    Ray: 2.9.3\n"
+        "    Python: 3.10.13\n"
+        "This process on node 10.4.0.17 was started with:\n"
+        "    Ray: 2.10.0\n"
+        "    Python: 3.11.8\n",
+        "ray", "ray_version_mismatch", "resubmit_with_changes",
+    ),
+    "the Hub's 502 while transformers resolves a config": (
+        "  File \"/opt/conda/lib/python3.11/site-packages/huggingface_hub/utils/_http.py\", line 477, in hf_raise_for_status\n"
+        "huggingface_hub.errors.HfHubHTTPError: 502 Server Error: Bad Gateway for url: "
+        "https://huggingface.co/meta-llama/Llama-3.1-8B/resolve/main/config.json\n",
+        "storage", "hf_hub_unavailable", "resubmit",
+    ),
+    "a read timeout on the Hub's LFS CDN": (
+        "requests.exceptions.ReadTimeout: HTTPSConnectionPool(host='cdn-lfs-us-1.hf.co', port=443): "
+        "Read timed out. (read timeout=10)\n",
+        "storage", "hf_hub_unavailable", "resubmit",
+    ),
+    "a Lightning epoch that ends, then an ignored destructor error": (
+        "Epoch 9: 100%|##########| 250/250 [00:41<00:00, 6.02it/s, v_num=3, train_loss=0.412]\n"
+        "Exception ignored in: <function _MultiProcessingDataLoaderIter.__del__ at 0x7f3a1c2b9ee0>\n"
+        "Traceback (most recent call last):\n"
+        "  File \"/venv/lib/python3.10/site-packages/torch/utils/data/dataloader.py\", line 1479, in __del__\n"
+        "    self._shutdown_workers()\n"
+        "OSError: [Errno 9] Bad file descriptor\n",
+        "none", "ignored_exception_at_teardown", "none",
+    ),
+    "an ignored weakref callback as the interpreter exits": (
+        "Exception ignored in: <function WeakValueDictionary.__init__.<locals>.remove at 0x7f0e1a2b3c10>\n"
+        "Traceback (most recent call last):\n"
+        "  File \"/usr/lib/python3.8/weakref.py\", line 103, in remove\n"
+        "TypeError: 'NoneType' object is not callable  (sys.meta_path is None, Python is likely shutting down)\n",
+        "none", "ignored_exception_at_teardown", "none",
+    ),
+    "torchrun's agent saying its worker group finished": (
+        "INFO:torch.distributed.elastic.agent.server.api:[default] worker group successfully finished. "
+        "Waiting 300 seconds for other agents to finish.\n"
+        "INFO:torch.distributed.elastic.agent.server.api:Done waiting for other agents. Elapsed: 0.0009 seconds\n"
+        '{"name": "torchelastic.worker.status.SUCCEEDED", "source": "AGENT", "timestamp": 0, "metadata": '
+        '{"run_id": "job-77", "global_rank": null, "group_rank": 1, "state": "SUCCEEDED", "raw_error": null}}\n',
+        "none", "elastic_workers_succeeded", "none",
+    ),
+    "controller-runtime's logger notice from another Go CLI": (
+        "$ kubectl kueue create localqueue team-a-lq -c team-a\n"
+        "localqueue.kueue.x-k8s.io/team-a-lq created\n"
+        "[controller-runtime] log.SetLogger(...) was never called; logs will not be displayed.\n"
+        "Detected at:\n"
+        "\t>  goroutine 1 [running]:\n"
+        "\t>  runtime/debug.Stack()\n",
+        "none", "controller_runtime_logger_unset", "none",
+    ),
+    "a plain pod's node selector that no node matches": (
+        "  Warning  FailedScheduling  3m  default-scheduler  0/12 nodes are available: 4 node(s) had untolerated taint "
+        "{node-role: infra}, 8 node(s) didn't match Pod's node affinity/selector. preemption: 0/12 nodes are "
+        "available: 12 Preemption is not helpful for scheduling.\n",
+        "scheduling", "node_affinity_mismatch", "resubmit_with_changes",
+    ),
+    "a RayCluster's worker pod on a selector no node matches stays Ray's": (
+        "  Normal   CreatedWorkerPod  9m  raycluster-controller  Created worker Pod ml/sft-raycluster-q2-gpu-worker-7x\n"
+        "  Warning  FailedScheduling  2m  default-scheduler  0/5 nodes are available: 5 node(s) didn't match Pod's "
+        "node affinity/selector.\n",
+        "ray", "rayjob_pending_node_selector", "escalate_user",
+    ),
+})
+
 
 @pytest.mark.parametrize("name", list(CASES))
 def test_a_differently_worded_line_gets_the_same_verdict(name):
@@ -675,3 +928,196 @@ def test_a_missing_tag_in_the_registry_the_job_named_is_the_owners():
         "desc = failed to pull and unpack image \"ghcr.io/acme/trainer:v9\": failed to resolve reference "
         "\"ghcr.io/acme/trainer:v9\": ghcr.io/acme/trainer:v9: not found\n")
     assert (v.diagnosis, v.remedy) == ("image_pull_bad_tag", "escalate_user")
+
+
+# Log batch 4 (distributed, hardware, memory, stuck, user_code forms): each line worded the way the
+# tool prints it, in other surroundings, numbers and names than its corpus excerpt.
+BATCH4_FORMS = {
+    "a DataLoader bus error whose message a terminal wrapped": (
+        "Epoch 2/10:  38%|███▊      | 112/295\n"
+        "RuntimeError: DataLoader worker (pid 20817) is killed by signal:\n"
+        "Bus error. It is possible that dataloader's workers are out of\n"
+        "shared memory. Please try to raise your shared memory limit.\n",
+        "memory", "shm_exhausted", "resubmit_with_changes",
+    ),
+    "NCCL 2.8's shm segment failing in posix_fallocate": (
+        "gpu-n4:3310:3391 [2] NCCL INFO Channel 00 : 2[41000] -> 3[81000] via P2P/IPC\n"
+        "gpu-n4:3310:3391 [2] include/shm.h:28 NCCL WARN Call to posix_fallocate failed: No space left on device\n"
+        "gpu-n4:3310:3391 [2] include/shm.h:48 NCCL WARN Error while creating shared memory segment "
+        "nccl-shm-send-7d1e0c44aa9b3f60-2-3-0 (size 4460544)\n",
+        "memory", "shm_exhausted", "resubmit_with_changes",
+    ),
+    "a batch script's child ended by SIGKILL": (
+        "Loading checkpoint shards:  50%|█████     | 2/4 [00:41<00:41, 20.7s/it]\n"
+        "/var/spool/pbs/mom_priv/jobs/88123.pbs01.SC: line 14: 19044 Killed                  python infer.py --model 13b\n",
+        "memory", "host_oom", "resubmit_with_changes",
+    ),
+    "a bare Killed after a model load": (
+        "Loading weights from ./ckpt/pytorch_model.bin (26.1 GB)\n"
+        "Killed\n",
+        "memory", "host_oom", "resubmit_with_changes",
+    ),
+    "NCCL's interface list pasted one entry a line, with a libvirt bridge in it": (
+        "node2:911:911 [0] NCCL INFO NET/Socket : Using\n"
+        "[0]ens1f0:10.4.0.12<0>\n"
+        "[1]virbr0:192.168.122.1<0>\n"
+        "node2:911:911 [0] NCCL INFO Using network Socket\n",
+        "distributed", "nccl_socket_interface", "resubmit_with_changes",
+    ),
+    "a RoCE QP timing out towards a remote NIC on its IPv4-mapped GID": (
+        "gpu-r3-07:55120:55301 [3] NCCL INFO NCCL_IB_GID_INDEX set by environment to 3.\n"
+        "gpu-r3-07:55120:55301 [3] misc/ibvwrap.cc:214 NCCL WARN Call to ibv_modify_qp failed with 110 Connection "
+        "timed out, on dev mlx5_4:1, curr state INIT, next state RTR, local GID index 3, local GID ::ffff:10.20.3.7, "
+        "remote GID ::ffff:10.20.9.41\n",
+        "distributed", "nccl_ib_cross_rail_timeout", "resubmit_with_changes",
+    ),
+    "a CUDA error under systemd, then processes that outlive SIGKILL": (
+        "CUDA error 999 at /src/llama.cpp/ggml-cuda.cu:1512: unknown error\n"
+        "inference-api.service: State 'stop-sigterm' timed out. Killing.\n"
+        "inference-api.service: Killing process 7712 (server) with signal SIGKILL.\n"
+        "inference-api.service: Processes still around after SIGKILL. Ignoring.\n",
+        "hardware", "gpu_wedged_unkillable", "exclude_node",
+    ),
+    "a CUDA error, then slurmstepd giving up on the step": (
+        "RuntimeError: CUDA error: an illegal memory access was encountered\n"
+        "slurmstepd: error: *** STEP 5512.0 STEPD TERMINATED ON dgx-b12 AT 2025-03-02T11:04:40 DUE TO JOB NOT "
+        "ENDING WITH SIGNALS ***\n",
+        "hardware", "gpu_wedged_unkillable", "exclude_node",
+    ),
+    "Horovod 0.2x's stall inspector with its Missing ranks block": (
+        "[2024-01-09 10:12:44.310922: W /tmp/pip-install/horovod/common/stall_inspector.cc:107] One or more tensors "
+        "were submitted to be reduced, gathered or broadcasted by subset of ranks and are waiting for remainder of "
+        "ranks for more than 120 seconds. This may indicate that different ranks are trying to submit different "
+        "tensors or that only subset of ranks is submitting tensors, which will cause deadlock.\n"
+        "Missing ranks:\n"
+        "1: [DistributedAdam_Allreduce/cond_41/HorovodAllreduce_grads_41_0]\n",
+        "stuck", "collective_missing_ranks", "escalate_user",
+    ),
+    "a single-GPU vLLM engine whose broadcast queue stays full": (
+        "INFO 11-02 09:00:01 [loggers.py:118] Avg prompt throughput: 0.0 tokens/s\n"
+        "(EngineCore_0 pid=88) INFO 11-02 09:03:12 [shm_broadcast.py:466] No available shared memory broadcast "
+        "block found in 60 seconds. This typically happens when some processes are hanging.\n"
+        "(EngineCore_0 pid=88) INFO 11-02 09:04:12 [shm_broadcast.py:466] No available shared memory broadcast "
+        "block found in 60 seconds. This typically happens when some processes are hanging.\n",
+        "stuck", "inference_engine_hang", "escalate_user",
+    ),
+    "every rank's log ending at the extensions root": (
+        "[2025-02-11 08:00:10,004] [INFO] [real_accelerator.py:219:get_accelerator] Setting ds_accelerator to cuda\n"
+        "Using /home/jdoe/.cache/torch_extensions/py311_cu124 as PyTorch extensions root...\n"
+        "Using /home/jdoe/.cache/torch_extensions/py311_cu124 as PyTorch extensions root...\n",
+        "stuck", "jit_build_lock_wait", "resubmit_with_changes",
+    ),
+    "a log ending inside c10d's store-based barrier": (
+        "Loading dataset shards: 100%|██████████| 12/12\n"
+        "INFO:torch.distributed.distributed_c10d:Added key: store_based_barrier_key:1 to store for rank: 5\n",
+        "stuck", "hang_in_distributed_init", "resubmit_with_changes",
+    ),
+    "the bf16 check of HF Trainer on a V100": (
+        "  File \"/opt/conda/lib/python3.10/site-packages/transformers/training_args.py\", line 1499, in __post_init__\n"
+        "    raise ValueError(\n"
+        "ValueError: Your setup doesn't support bf16/gpu. You need torch>=1.10, using Ampere GPU with cuda>=11.0\n",
+        "user_code", "bf16_unsupported_gpu", "resubmit_with_changes",
+    ),
+    "vLLM's dtype check on an RTX 2080": (
+        "ValueError: Bfloat16 is only supported on GPUs with compute capability of at least 8.0. Your NVIDIA GeForce "
+        "RTX 2080 Ti GPU has compute capability 7.5.\n",
+        "user_code", "bf16_unsupported_gpu", "resubmit_with_changes",
+    ),
+    "a state dict from another vocabulary size": (
+        "RuntimeError: Error(s) in loading state_dict for LlamaForCausalLM:\n"
+        "\tsize mismatch for model.embed_tokens.weight: copying a param with shape torch.Size([32000, 4096]) from "
+        "checkpoint, the shape in current model is torch.Size([32001, 4096]).\n",
+        "user_code", "checkpoint_shape_mismatch", "escalate_user",
+    ),
+}
+
+# Lines that look alike but are another thing: (text, a diagnosis the verdict must not be).
+BATCH4_NEAR_MISSES = {
+    "fallocate on a full data disk, not NCCL's shm": (
+        "fallocate: fallocate failed: No space left on device\n",
+        "shm_exhausted",
+    ),
+    "a C program's own bus error": (
+        "./preprocess: line 3: 4411 Bus error               (core dumped) ./resize_images\n",
+        "shm_exhausted",
+    ),
+    "Killed in a sentence": (
+        "INFO cleanup: Killed 3 stale workers from the previous run\n",
+        "host_oom",
+    ),
+    "the shell's Killed after the scheduler's own time limit": (
+        "=>> PBS: job killed: walltime 7230 exceeded limit 7200\n"
+        "/var/spool/pbs/mom_priv/jobs/4410.pbs01.SC: line 22: 30113 Killed                  python pretrain.py\n",
+        "host_oom",
+    ),
+    "an interface list of real NICs only": (
+        "NCCL INFO NET/Socket : Using\n"
+        "[0]ens1f0:10.4.0.12<0>\n"
+        "[1]ens1f1:10.4.1.12<0>\n"
+        "lo: packets 12\n",
+        "nccl_socket_interface",
+    ),
+    "a QP timeout on a link-local GID (the GID's fault)": (
+        "NCCL WARN Call to ibv_modify_qp failed with 110 Connection timed out, on dev mlx5_0:1, curr state INIT, "
+        "next state RTR, local GID index 0, local GID fe80::ba59:9f03:a3:1c2e, remote GID fe80::ba59:9f03:a3:22f0\n",
+        "nccl_ib_cross_rail_timeout",
+    ),
+    "a QP timeout with NCCL_CROSS_NIC already 0": (
+        "NCCL INFO NCCL_CROSS_NIC set by environment to 0.\n"
+        "NCCL WARN Call to ibv_modify_qp failed with 110 Connection timed out, on dev mlx5_2:1, curr state INIT, "
+        "next state RTR, local GID index 3, local GID ::ffff:10.1.2.3, remote GID ::ffff:10.1.7.9\n",
+        "nccl_ib_cross_rail_timeout",
+    ),
+    "processes that outlive SIGKILL with no GPU error": (
+        "backup.service: State 'stop-sigterm' timed out. Killing.\n"
+        "backup.service: Processes still around after SIGKILL. Ignoring.\n",
+        "gpu_wedged_unkillable",
+    ),
+    "vLLM's broadcast notice once, during a compile": (
+        "(EngineCore_0 pid=88) INFO [shm_broadcast.py:466] No available shared memory broadcast block found in 60 "
+        "seconds. This typically happens when some processes are hanging or doing some time-consuming work "
+        "(e.g. compilation).\n"
+        "INFO [monitor.py:34] torch.compile takes 71.2 s in total\n",
+        "inference_engine_hang",
+    ),
+    "the extensions root followed by the module loading": (
+        "Using /root/.cache/torch_extensions/py310_cu121 as PyTorch extensions root...\n"
+        "Loading extension module fused_adam...\n"
+        "Time to load fused_adam op: 0.61 seconds\n",
+        "jit_build_lock_wait",
+    ),
+    "a build of the job's own still compiling": (
+        "Using /root/.cache/torch_extensions/py310_cu121 as PyTorch extensions root...\n"
+        "Emitting ninja build file /root/.cache/torch_extensions/py310_cu121/cpu_adam/build.ninja...\n"
+        "Building extension module cpu_adam...\n"
+        "Using /root/.cache/torch_extensions/py310_cu121 as PyTorch extensions root...\n",
+        "jit_build_lock_wait",
+    ),
+    "DeepSpeed's init followed by training": (
+        "[2024-05-01 09:00:00,100] [INFO] [comm.py:637:init_distributed] cdb=None\n"
+        "[2024-05-01 09:00:00,101] [INFO] [comm.py:668:init_distributed] Initializing TorchBackend in DeepSpeed with backend nccl\n"
+        "[2024-05-01 09:02:10,000] [INFO] [logging.py:96:log_dist] [Rank 0] step=10, skipped=0, lr=[1e-05]\n",
+        "hang_in_distributed_init",
+    ),
+    "a bf16 setting mentioned in a config dump": (
+        "training args: bf16=False, fp16=True, compute capability of at least 8.0 recommended for bf16\n",
+        "bf16_unsupported_gpu",
+    ),
+    "a shape mismatch in the model's own forward": (
+        "RuntimeError: The size of tensor a (4096) must match the size of tensor b (4097) at non-singleton dimension 1\n",
+        "checkpoint_shape_mismatch",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(BATCH4_FORMS))
+def test_a_batch4_form_in_other_surroundings_gets_its_verdict(name):
+    text, family, diagnosis, remedy = BATCH4_FORMS[name]
+    v = diagnose_text(text)
+    assert (v.family, v.diagnosis, v.remedy) == (family, diagnosis, remedy), v.evidence
+
+
+@pytest.mark.parametrize("name", list(BATCH4_NEAR_MISSES))
+def test_a_batch4_near_miss_does_not_get_the_rule(name):
+    text, not_this = BATCH4_NEAR_MISSES[name]
+    assert diagnose_text(text).diagnosis != not_this

@@ -87,3 +87,16 @@ def test_a_jax_memory_cap_below_the_floor_is_raised_whether_text_or_number(curre
 @pytest.mark.parametrize("text, value", [("27392", 27392), ("21,456", 21456), ("0.9", 0.9), ("16Gi", "16Gi")])
 def test_captured_text_is_read_as_a_number_when_it_is_one(text, value):
     assert parse_number(text) == value
+
+
+BF16_REFUSED = ("ValueError: Bfloat16 is only supported on GPUs with compute capability of at least 8.0. "
+                "Your Tesla V100-SXM2-32GB GPU has compute capability 7.0.")
+
+
+@pytest.mark.parametrize("config, fixed", [
+    ({"dtype": "bfloat16"}, {"dtype": "float16"}),            # vLLM's --dtype, spelled out
+    ({"mixed_precision": "bf16"}, {"mixed_precision": "fp16"}),  # Accelerate
+])
+def test_bf16_refused_by_the_gpu_becomes_fp16_in_the_jobs_own_spelling(config, fixed):
+    # No node facts: half_precision falls back to fp16, the dtype every tensor-core GPU runs.
+    assert _changes("bf16_unsupported_gpu", BF16_REFUSED, config) == fixed

@@ -121,6 +121,17 @@ def test_clean_log_is_healthy():
     assert v.changes == {}
 
 
+@pytest.mark.parametrize("warning", [
+    "[W pipeline.py:212] stage 3 stalled: no activations from stage 2 for 600 s",
+    "WARNING deadlock detector: worker 5 is hung in recv()",
+])
+def test_a_log_that_says_it_stalled_is_never_healthy(warning):
+    # Steps before it, no rule for the component: the component's own word still rules out health.
+    v = diagnose_text(CLEAN + "\n" + warning + "\n")
+    assert v.diagnosis == "unrecognized"
+    assert warning in v.evidence
+
+
 def test_verdict_has_the_contract_3_keys():
     data = diagnose_text(NCCL_LOOPBACK).model_dump()
     assert {"family", "diagnosis", "remedy", "retriable", "changes", "confidence", "evidence", "summary"} <= set(data)

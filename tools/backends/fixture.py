@@ -36,6 +36,8 @@ from crashcart.tools.cluster import Cluster, Event, GpuSample, Job, Node, Partit
 
 UNAVAILABLE = ("down", "drained", "draining", "not_ready", "cordoned")
 QUEUED = ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING")
+# A run that finished its work (Slurm, Kubernetes, Ray spellings).
+FINISHED_RUN_STATES = frozenset({"COMPLETED", "SUCCEEDED", "COMPLETE"})
 # sacct/squeue accept short state codes; a model may use either form.
 STATE_CODES = {
     "PD": "PENDING", "R": "RUNNING", "CF": "CONFIGURING", "CG": "COMPLETING", "CD": "COMPLETED",
@@ -536,8 +538,10 @@ class FixtureBackend(Backend):
             job = self._job(job_id)
             checkpoints = [c for run in [job, *job.attempts] for c in run.checkpoints]
             last = max((c.time for c in checkpoints), default=None)
-            # An attempt with no recorded end is counted: unknown must not look like progress.
-            restarts = sum(last is None or a.end_time is None or a.end_time > last for a in job.attempts)
+            # An attempt with no recorded end is counted: unknown must not look like progress. A
+            # run that finished its work (an earlier run of the job that succeeded) is no restart.
+            restarts = sum((last is None or a.end_time is None or a.end_time > last)
+                           and str(a.state or "").upper() not in FINISHED_RUN_STATES for a in job.attempts)
             return ActionTarget(
                 tool=call.tool, job=job.id, partition=job.partition, user=job.user, gpus=job.gpus,
                 restarts_without_progress=restarts, last_checkpoint=last,

@@ -54,6 +54,8 @@ class SlackService:
     make_policy: Callable[[], Any]
     """The investigating policy (playbook, or auto with a model)."""
     notifiers: list[Any] | None = None
+    ceiling: Any = None
+    """A live cluster's own guard policy: no incident acts on the cluster above it (None: a recorded one)."""
     clock: Callable[[], datetime] | None = None
     """The guard's clock (default: the backend's)."""
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -67,7 +69,7 @@ class SlackService:
         from crashcart.agent.runner import make_deps
 
         deps = make_deps(self.backend, self.make_policy(), policy or self.guard_policy, self.store,
-                         cluster=self.cluster, notifiers=self.notifiers)
+                         cluster=self.cluster, notifiers=self.notifiers, ceiling=self.ceiling)
         if self.clock is not None:
             deps.guard.clock = self.clock
         return deps

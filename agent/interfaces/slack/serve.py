@@ -11,8 +11,7 @@ class SlackStartError(Exception):
 
 
 def start(target: Any, state_dir: Path, *, http: bool, host: str, port: int, say: Callable[[str], None]) -> None:
-    from crashcart.agent.checkpointer import open_checkpointer
-    from crashcart.agent.interfaces.slack._ask import SlackService, slack_ids_of
+    from crashcart.agent.interfaces.slack._ask import slack_ids_of
     from crashcart.agent.interfaces.slack._run import EVENTS_PATH, http_server, serve_socket_mode
     from crashcart.agent.interfaces.slack._settings import SlackConfigError, SlackSettings
 
@@ -25,11 +24,7 @@ def start(target: Any, state_dir: Path, *, http: bool, host: str, port: int, say
         app_token = None if http else settings.app_token()
     except SlackConfigError as e:
         raise SlackStartError(str(e)) from None
-    service = SlackService(
-        cluster=target.name, backend=deps.backend, guard_policy=deps.guard.policy, store=deps.store,
-        checkpointer=open_checkpointer(state_dir / "checkpoints.sqlite"), make_policy=lambda: deps.policy,
-        notifiers=list(config.notifiers) if config is not None else [],
-    )
+    service = make_service(target, state_dir)
     app = _app(service, token, secret, settings.api_url)
     policy = deps.guard.policy
     say(f"crashcart slack: cluster {target.name}, guard mode {policy.mode} for its approvers "
@@ -44,6 +39,20 @@ def start(target: Any, state_dir: Path, *, http: bool, host: str, port: int, say
     else:
         say("connecting to Slack in Socket Mode")
         serve_socket_mode(app, app_token)
+
+
+def make_service(target: Any, state_dir: Path) -> Any:
+    """The app's service on the command's target: its cluster's guard policy for approvers, and on a
+    live cluster that policy as the ceiling no incident acting there may exceed."""
+    from crashcart.agent.checkpointer import open_checkpointer
+    from crashcart.agent.interfaces.slack._ask import SlackService
+
+    deps, config = target.deps, target.config
+    return SlackService(
+        cluster=target.name, backend=deps.backend, guard_policy=deps.guard.policy, store=deps.store,
+        checkpointer=open_checkpointer(state_dir / "checkpoints.sqlite"), make_policy=lambda: deps.policy,
+        notifiers=list(config.notifiers) if config is not None else [], ceiling=deps.guard.ceiling,
+    )
 
 
 def _optional(read: Callable[[], str]) -> str:

@@ -149,8 +149,11 @@ class SlurmLab:
     def background_ended(self) -> None:
         """Wait until the session's background jobs have ended. A test that watches a window of
         the cluster's failures starts it after they end: a failure of theirs inside it would be
-        an incident (acted on) next to the test's own."""
-        self.wait_state(self.background["time_limit"], "TIMEOUT", timeout=180)
+        an incident (acted on) next to the test's own. Ended means gone from the queue too: a job
+        Slurm is still killing is listed COMPLETING, and so is its node."""
+        job = self.background["time_limit"]
+        self.wait_state(job, "TIMEOUT", timeout=180)
+        self.wait_for(f"job {job} to leave the queue", lambda: job not in self._queued())
 
     def window_start(self) -> datetime:
         """The start of a window of the cluster's failures that holds only what happens after

@@ -57,6 +57,10 @@ def test_get_logs_reads_both_files_from_the_patterns(lab: SlurmLab, failed: str)
 
 
 def test_json_and_text_readers_agree(lab: SlurmLab):
+    # The two readers run one after the other, so every node must hold still between them: the
+    # session's time-limit job on n1 is killed 60-100 s into the session, and a node it leaves
+    # reads allocated (completing) to one reader and idle to the next.
+    lab.background_ended()
     script = lab.script("wait.sh", "#!/bin/bash\nsleep 30\n")
     job = lab.sbatch(script, "-J", "waiter", "--gres=gpu:2", "-w", "n2")
     try:
