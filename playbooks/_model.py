@@ -30,6 +30,7 @@ SignalSource = Literal[
     "co_failures",    # other jobs that failed on the same node at about the same time
     "attempts",       # earlier attempts that failed at about the same step
     "log_recent",     # the job's log has a stamped line within min_minutes of now
+    "quiet_as_before",  # a running job silent since a line that began as long a silence before (agent/policies/quiet_phase.py)
     "throughput",     # the job's latest tokens/s fell min_drop_pct below its earlier median
     "memory_growth",  # a GPU's memory use rose steadily by min_growth_pct over the samples seen
     "node_labels",    # a relevant node's labels, as key=value lines
@@ -96,7 +97,8 @@ class Signal(Strict):
     """progress: no new step for at least this long; co_failures: time window; attempts: count
     only the runs that lasted at least this long before they failed; node_ran_since: how long
     the later job must have run without failing; kernel_log: the line where the match ends is
-    stamped on the wall clock at least this long before now (quiet since)."""
+    stamped on the wall clock at least this long before now (quiet since); quiet_as_before: the
+    job has been silent at least this long."""
     min_count: int | None = None
     """co_failures / attempts: how many."""
     min_drop_pct: float | None = None
@@ -117,9 +119,9 @@ class Signal(Strict):
     """Text signals: read the message's own arithmetic (PyTorch's OOM: free plus reserved-but-
     unallocated covers the request means fragmentation, not a batch too big)."""
     gpus_busy_pct: float | None = None
-    """Text signals: the match counts only when the job's GPUs are working now: every GPU sampled
-    on its nodes (the latest sample each) is at least this busy, with memory in use. A log that
-    ends inside an evaluation pass means a busy job only while its GPUs say so."""
+    """Text signals and quiet_as_before: the match counts only when the job's GPUs are working now:
+    every GPU sampled on its nodes (the latest sample each) is at least this busy, with memory in
+    use. A log that ends inside an evaluation pass means a busy job only while its GPUs say so."""
     focus_only: bool = False
     """Text signals: only the focus jobs' own texts count (their log, their events), not another
     pod's: whose eviction message it is decides whether the pod was the cause or a bystander."""
