@@ -3,7 +3,8 @@
 A training log goes quiet during work that prints nothing until it ends: a generative evaluation,
 a sharded checkpoint upload, a dataset re-shard. A stall watchdog cannot tell that from a hang,
 but the job's own history can: the line it fell silent after (its shape, numbers aside) appeared
-before in the same log, and each time the next stamped line came only much later. A silence no
+before in the same log, and each time the next stamped line, a different one (the phase's end),
+came only much later. A silence no
 longer than the longest of those (with slack: an evaluation's length varies with what it
 generates) is that phase again, not a hang. A span in which the training-progress feed saw the
 step move was not quiet (the log is an excerpt there), so it does not count.
@@ -63,8 +64,12 @@ def quiet_as_before(ev: Evidence, job: str, slack: float = SLACK) -> QuietPhase 
         if silent <= 0:
             return None
         wanted = shape(last_line)
-        earlier = [(t, nxt) for (t, line), (nxt, _) in zip(stamped[:-1], stamped[1:])
-                   if shape(line) == wanted and nxt > t and not _steps_moved(ev, job, t, nxt)]
+        # A phase is opened by one line and closed by another ("starting eval" ... "eval done"); a
+        # line followed by its own kind again is the run's periodic logging, and the gap between two
+        # of them is the training in between (or an excerpt's cut), not a quiet phase.
+        earlier = [(t, nxt) for (t, line), (nxt, closing) in zip(stamped[:-1], stamped[1:])
+                   if shape(line) == wanted and shape(closing) != wanted and nxt > t
+                   and not _steps_moved(ev, job, t, nxt)]
         durations = [(nxt - t).total_seconds() / 60 for t, nxt in earlier]
         if durations and silent <= slack * max(durations):
             return QuietPhase(job, last_line, silent, durations)

@@ -51,12 +51,14 @@ def test_silence_far_longer_than_before_is_not():
 
 
 def test_spans_where_the_step_moved_were_not_quiet():
-    # An excerpt: one step line every two hours. The log alone reads as two-hour silences after each;
-    # the progress feed shows the step moving in between, so they were not quiet phases.
-    log = [f"[{_stamp(m)}] step {1000 + m * 10} loss 1.1" for m in (0, 120, 240)]
-    assert quiet_as_before(_ev(log, 240 + 50), "7") is not None
+    # An excerpt: a step line, then the next save two hours on. The log alone reads as two-hour
+    # silences after each step line; the progress feed shows the step moving in between.
+    log = [f"[{_stamp(0)}] step 1000 loss 1.2", f"[{_stamp(120)}] saved checkpoint 1",
+           f"[{_stamp(121)}] step 2000 loss 1.1", f"[{_stamp(240)}] saved checkpoint 2",
+           f"[{_stamp(241)}] step 3000 loss 1.0"]
+    assert quiet_as_before(_ev(log, 241 + 50), "7") is not None
     points = [(m, 1000 + m * 10) for m in range(0, 241, 20)]
-    assert quiet_as_before(_ev(log, 240 + 50, points=points), "7") is None
+    assert quiet_as_before(_ev(log, 241 + 50, points=points), "7") is None
 
 
 def test_a_job_that_is_not_running_is_not_in_a_phase():
@@ -65,3 +67,9 @@ def test_a_job_that_is_not_running_is_not_in_a_phase():
 
 def test_a_log_without_an_earlier_occurrence_proves_nothing():
     assert quiet_as_before(_ev(LOG[:2], 1 + 30), "7") is None
+
+
+def test_periodic_lines_are_not_a_phase():
+    # Step lines follow step lines: the gaps between them are training (or an excerpt), whatever their length.
+    log = [f"[{_stamp(m)}] step {1000 + m * 10} loss 1.1" for m in (0, 300, 330, 360)]
+    assert quiet_as_before(_ev(log, 360 + 60), "7") is None
