@@ -191,6 +191,9 @@ InvestigateTarget = Literal[
 
     "partition_peers",  # two in-service nodes of the job's partition that are not the job's own
     "partition_jobs",  # two other jobs of the job's partition that run or ran fine (what works there)
+    # Nodes sharing a rack or switch label with two or more nodes the label's hits name (node
+    # listing first, to read the labels; playbooks/settings/topology_labels.yaml says which)
+    "topology_peers",
 ]
 
 StepCondition = Literal[

@@ -21,6 +21,7 @@ from crashcart.agent.policies.evidence import SUSPICIOUS, Evidence, RUNNING_STAT
 from crashcart.agent.policies.matching import LabelMatch, match_label, near_miss, waits_for_config
 from crashcart.agent.policies.remedy import captured_values, compute_changes, fallback_team, plan_actions
 from crashcart.agent.policies.scope import one_node
+from crashcart.agent.policies.topology import rack_peers
 from crashcart.agent.state import Diagnosis
 from crashcart.playbooks import KnowledgeBase, load_playbooks
 from crashcart.tools._spec import REGISTRY, ToolCall
@@ -29,6 +30,8 @@ MAX_NODES_PER_STEP = 16
 MAX_PEER_JOBS = 6
 MAX_RUNNING_PEERS = 2
 MAX_ATTEMPT_LOGS = 2
+# Rack peers read to tell a switch from a cable: a few more nodes showing the same fault is enough.
+MAX_RACK_PEERS = 4
 
 # What a pod shows when the node under it stopped answering (the kubelet can no longer report it).
 LOST_POD_STATES = {"UNKNOWN", "NODELOST"}
@@ -64,9 +67,10 @@ class PlaybookPolicy:
         if observations:
             for match in candidates:
                 wanted += fanout.worth_taking(match, candidates, self._steps(match, ev, backend))
-            if candidates and candidates[0].entry.label.remedy.kind == "exclude_node":
+            if (candidates and candidates[0].entry.label.remedy.kind == "exclude_node"
+                    and not self._rack_reads_pending(candidates[0], ev, backend)):
                 # One cause, every victim: the leading suspect node's other jobs (any user or
-                # namespace) are rerun too, so list them.
+                # namespace) are rerun too, so list them (once its rack peers said it is the node's).
                 wanted += [ToolCall(tool="list_jobs", args={"node": e[5:]}) for e in candidates[0].entities("node")[:2]]
             if not candidates and self._failed_focus(ev):
                 wanted += self._sweep(ev, backend)
@@ -184,6 +188,8 @@ class PlaybookPolicy:
                 targets = [{"job": j} for j in ev.running_peers()[:MAX_RUNNING_PEERS]]
             elif step.scope == "failed_peers":
                 targets = [{"job": j} for j in ev.failed_peers()[:MAX_PEER_JOBS]]
+            elif step.scope == "topology_peers":
+                targets = self._topology_targets(step.tool, match, ev, backend)
             elif step.scope == "namespace":
                 targets = [{"partition": ev.jobs[j].partition} for j in jobs if j in ev.jobs and ev.jobs[j].partition]
             else:
@@ -221,6 +227,30 @@ class PlaybookPolicy:
                       for j in jobs if j in ev.jobs for a in ev.jobs[j].attempts[-MAX_ATTEMPT_LOGS:]
                       if a.get("attempt")]
         return calls
+
+    @staticmethod
+    def _topology_targets(tool: str, match: LabelMatch, ev: Evidence, backend: str) -> list[dict[str, Any]]:
+        """A fault on two or more nodes: the node listing (their rack and switch labels), then the
+        other nodes of the rack or switch they share, where the same fault shows if it is that
+        switch's. Slurm's node listing carries no labels (its topology is in topology.conf)."""
+        named = [e[5:] for e in match.entities("node")]
+        if len(named) < 2 or backend == "slurm":
+            return []
+        if tool in fanout.LISTINGS:
+            return [{}]
+        return [{"node": n} for n in rack_peers(named, ev)[:MAX_RACK_PEERS]]
+
+    def _rack_reads_pending(self, match: LabelMatch, ev: Evidence, backend: str) -> bool:
+        """The label still has to read the rack peers of the nodes it names: until then a switch,
+        which drains no node and reruns no victim on it, is as likely as the node."""
+        for step in match.entry.label.investigate:
+            if step.scope != "topology_peers":
+                continue
+            for target in self._topology_targets(step.tool, match, ev, backend):
+                tool = self._node_listing(backend, target).tool if step.tool in fanout.LISTINGS else step.tool
+                if call_key(tool, target) not in ev.calls:
+                    return True
+        return False
 
     def _sweep(self, ev: Evidence, backend: str) -> list[ToolCall]:
         """Nothing recognised yet: look at the nodes and the job's past before giving up."""
