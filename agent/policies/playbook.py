@@ -72,7 +72,9 @@ class PlaybookPolicy:
                 # One cause, every victim: the leading suspect node's other jobs (any user or
                 # namespace) are rerun too, so list them (once its rack peers said it is the node's).
                 wanted += [ToolCall(tool="list_jobs", args={"node": e[5:]}) for e in candidates[0].entities("node")[:2]]
-            if not candidates and self._failed_focus(ev):
+            if not candidates and self._failed_focus(ev) and not self._unread(wanted, ev):
+                # The sweep waits for the reads about the job itself still going out (the events
+                # of its workload, found by name in the first round): they often say why at once.
                 wanted += self._sweep(ev, backend)
             if any(waits_for_config(entry, ev) for entry in self.kb):
                 wanted += [ToolCall(tool="job_config", args={"job": j}) for j in ev.focus_jobs()[:2]]
@@ -266,6 +268,13 @@ class PlaybookPolicy:
         calls += [ToolCall(tool="job_config", args={"job": j}) for j in ev.focus_jobs()
                   if j not in ev.jobs or ev.jobs[j].gpus > 0]
         return calls
+
+    @staticmethod
+    def _unread(calls: list[ToolCall], ev: Evidence) -> bool:
+        """Some of these calls about the focus jobs (their events, log, status) were not made yet."""
+        about = set(ev.focus_jobs()) | {f.name for j in ev.focus_jobs() if (f := ev.jobs.get(j)) and f.name}
+        return any(call_key(c.tool, c.args) not in ev.calls and (c.args.get("job") in about or c.args.get("object") in about)
+                   for c in calls)
 
     def _failed_focus(self, ev: Evidence) -> bool:
         return any(ev.jobs[j].failed for j in ev.focus_jobs() if j in ev.jobs)

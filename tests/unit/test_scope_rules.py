@@ -234,3 +234,41 @@ def test_a_port_back_only_minutes_ago_has_not_held_yet() -> None:
     recent = STAMPED_BLIP.replace("Tue May  4 09:00:18", "Tue May  4 11:50:18").replace("cni0", "x").splitlines()[:3]
     diagnosis, _ = PlaybookPolicy().diagnose(_flap_state("\n".join(recent) + "\n", []), NOW)
     assert diagnosis.label != "ib_port_flap_recovered"
+
+
+# --- a suspended Job (spec.suspend) is not a failure -------------------------------------------
+
+def _suspend_state(events: list[tuple[str, str]], log: str = "received SIGTERM, checkpoint saved\n") -> dict[str, Any]:
+    pod = {**_job("train-0", "Failed", ["k1"]), "name": "train", "exit_code": "143"}
+    obs = [_obs("kubectl_describe", {"kind": "pod", "name": "train-0"}, "Name: train-0", job=pod),
+           _obs("get_logs", {"job": "train-0"}, log),
+           _obs("kubectl_events", {"object": "train"}, events=[
+               {"object": "job/ns/train", "type": "Normal", "reason": r, "message": m,
+                "time": (NOW - timedelta(hours=1)).isoformat()} for r, m in events])]
+    return {"observations": obs, "trigger": {"kind": "job_failed", "job": "train-0"}, "backend": "kubernetes"}
+
+
+def test_a_suspended_job_is_no_incident() -> None:
+    st = _suspend_state([("Suspended", "Job suspended"), ("SuccessfulDelete", "Deleted pod: train-0-abcde")])
+    diagnosis, actions = PlaybookPolicy().diagnose(st, NOW)
+    assert (diagnosis.label, diagnosis.remedy, actions) == ("job_suspended", "none", [])
+
+
+@pytest.mark.parametrize("extra", [
+    ("Preempted", "Preempted to accommodate a workload (UID: 1f2e) due to prioritization in the ClusterQueue"),
+    ("BackoffLimitExceeded", "Job has reached the specified backoff limit"),
+])
+def test_a_queue_preemption_or_a_failed_job_is_not_a_suspension(extra: tuple[str, str]) -> None:
+    st = _suspend_state([("Suspended", "Job suspended"), extra])
+    diagnosis, _ = PlaybookPolicy().diagnose(st, NOW)
+    assert diagnosis.label != "job_suspended"
+
+
+def test_nothing_recognised_waits_for_the_workload_events_before_sweeping() -> None:
+    # Round two of a failed pod: its own events said nothing; the Job's events (by name) go out
+    # alone, before the nodes and the job's past are swept.
+    st = _suspend_state([])
+    st["observations"] = [o for o in st["observations"] if o["tool"] != "kubectl_events"]
+    st["observations"].append(_obs("kubectl_events", {"object": "train-0"}, events=[]))
+    calls = PlaybookPolicy().next_calls(st, NOW, "kubernetes")
+    assert [(c.tool, c.args) for c in calls] == [("kubectl_events", {"object": "train"})]
