@@ -272,6 +272,10 @@ class Remedy(Strict):
     """exclude_node: also drain the node (false when it is already gone)."""
     escalate: Team | None = None
     """Also escalate to this team (exclude_node: hardware, IB: network)."""
+    page: bool = True
+    """exclude_node: also escalate to a team. False where draining is the whole repair and the
+    drain's reason the hand-off (a node-local client wedged until the node reboots): no team has
+    anything to fix beyond the drained-node routine, and a page would only send it to the wrong one."""
     notify_after_attempts: int | None = None
     """Tell the owner (and recommend a lasting fix) once this many attempts failed this way."""
     advice: str | None = None

@@ -272,3 +272,27 @@ def test_nothing_recognised_waits_for_the_workload_events_before_sweeping() -> N
     st["observations"].append(_obs("kubectl_events", {"object": "train-0"}, events=[]))
     calls = PlaybookPolicy().next_calls(st, NOW, "kubernetes")
     assert [(c.tool, c.args) for c in calls] == [("kubectl_events", {"object": "train"})]
+
+
+# --- a node's Lustre client wedged after it reconnected: drain, no page to storage --------------
+
+EVICTED = ("LustreError: 167-0: fs-OST0001-osc-ffff1: This client was evicted by fs-OST0001; in progress "
+           "operations using this service will fail.\n")
+RESTORED = "Lustre: fs-OST0001-osc-ffff1: Connection restored to 10.0.0.5@o2ib (at 10.0.0.5@o2ib)\n"
+HUNG = ("INFO: task python:4411 blocked for more than 241 seconds.\nCall Trace:\n"
+        " cl_sync_io_wait+0x1f4/0x380 [obdclass]\n ll_readpage+0x11d/0x6a0 [lustre]\n")
+
+
+@pytest.mark.parametrize("kernel, label, teams", [
+    (EVICTED + RESTORED + HUNG, "lustre_client_wedged", []),
+    # Never reconnected: the mount stays unusable until storage remounts it.
+    (EVICTED + HUNG, "lustre_client_evicted", ["storage"]),
+])
+def test_a_wedged_client_is_drained_without_a_storage_page(kernel: str, label: str, teams: list[str]) -> None:
+    obs = [_obs("sacct", {"job": "81"}, rows=[_job("81", "FAILED", ["n1", "n2"])]),
+           _obs("kernel_log", {"node": "n1"}, kernel), _obs("kernel_log", {"node": "n2"}, "clean\n")]
+    st = {"observations": obs, "trigger": {"kind": "job_failed", "job": "81"}, "backend": "slurm"}
+    diagnosis, actions = PlaybookPolicy().diagnose(st, NOW)
+    assert (diagnosis.label, diagnosis.root_cause, diagnosis.remedy) == (label, "node:n1", "exclude_node")
+    assert [a.args["team"] for a in actions if a.tool == "escalate"] == teams
+    assert ("node_drain", "n1") in [(a.tool, a.args.get("node")) for a in actions]
