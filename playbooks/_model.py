@@ -30,6 +30,7 @@ SignalSource = Literal[
     "co_failures",    # other jobs that failed on the same node at about the same time
     "attempts",       # earlier attempts that failed at about the same step
     "log_recent",     # the job's log has a stamped line within min_minutes of now
+    "gpus_busy",      # every GPU sampled on a focus job's nodes is busy now (gpus_busy_pct, default 50)
     "quiet_as_before",  # a running job silent since a line that began as long a silence before (agent/policies/quiet_phase.py)
     "throughput",     # the job's latest tokens/s fell min_drop_pct below its earlier median
     "memory_growth",  # a GPU's memory use rose steadily by min_growth_pct over the samples seen
@@ -119,7 +120,7 @@ class Signal(Strict):
     """Text signals: read the message's own arithmetic (PyTorch's OOM: free plus reserved-but-
     unallocated covers the request means fragmentation, not a batch too big)."""
     gpus_busy_pct: float | None = None
-    """Text signals and quiet_as_before: the match counts only when the job's GPUs are working now:
+    """Text signals, quiet_as_before and gpus_busy: the match counts only when the job's GPUs are working now:
     every GPU sampled on its nodes (the latest sample each) is at least this busy, with memory in
     use. A log that ends inside an evaluation pass means a busy job only while its GPUs say so."""
     focus_only: bool = False

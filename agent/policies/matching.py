@@ -338,6 +338,10 @@ def signal_hits(idx: int, sig: Signal, pattern, ev: Evidence) -> list[Hit]:
                 quiet = (ev.now - doc.last_time).total_seconds() / 60
                 if quiet <= (sig.min_minutes or 10):
                     hits.append(Hit(idx, doc.entity, f"{doc.entity[4:]}: last log line {quiet:.0f} min ago", doc.call))
+    elif sig.where == "gpus_busy":
+        pct = sig.gpus_busy_pct if sig.gpus_busy_pct is not None else 50
+        hits += [Hit(idx, f"job:{j}", f"job {j}: every GPU sampled on its nodes is at least {pct:g}% busy, memory in use",
+                     f"nvidia_smi_query:{j}") for j in focus if _gpus_busy(pct, f"job:{j}", ev)]
     elif sig.where == "quiet_as_before":
         for j in focus:
             phase = quiet_as_before(ev, j)
