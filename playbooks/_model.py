@@ -195,6 +195,7 @@ InvestigateTarget = Literal[
     # Nodes sharing a rack or switch label with two or more nodes the label's hits name (node
     # listing first, to read the labels; playbooks/settings/topology_labels.yaml says which)
     "topology_peers",
+    "job_claims",  # the PersistentVolumeClaims the job's pod spec mounts (their events: kubectl_events)
 ]
 
 StepCondition = Literal[

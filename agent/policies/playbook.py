@@ -17,7 +17,7 @@ from crashcart.agent.policies import fanout
 from crashcart.agent.policies.capacity import demand_forecast, idle_gpus
 from crashcart.agent.policies.constraint import autoscaler_at_max, binding_constraint
 from crashcart.agent.policies.conditions import CONDITIONS, idle_gpu_nodes, partition_peers
-from crashcart.agent.policies.evidence import SUSPICIOUS, Evidence, RUNNING_STATES, build_evidence, call_key
+from crashcart.agent.policies.evidence import SUSPICIOUS, Evidence, RUNNING_STATES, build_evidence, call_key, mounted_claims
 from crashcart.agent.policies.matching import LabelMatch, match_label, near_miss, waits_for_config
 from crashcart.agent.policies.remedy import captured_values, compute_changes, fallback_team, plan_actions
 from crashcart.agent.policies.scope import one_node
@@ -190,6 +190,8 @@ class PlaybookPolicy:
                 targets = [{"job": j} for j in ev.running_peers()[:MAX_RUNNING_PEERS]]
             elif step.scope == "failed_peers":
                 targets = [{"job": j} for j in ev.failed_peers()[:MAX_PEER_JOBS]]
+            elif step.scope == "job_claims":
+                targets = [{"object": f"persistentvolumeclaim/{c}"} for j in jobs for c in mounted_claims(ev.configs.get(j, {}))]
             elif step.scope == "topology_peers":
                 targets = self._topology_targets(step.tool, match, ev, backend)
             elif step.scope == "namespace":
