@@ -342,7 +342,7 @@ class Label(Strict):
     service account used by all): the root cause is then the cluster, not the job asked about."""
     one_node: OneNode | None = None
     """The error may be confined to one node's client; see OneNode."""
-    analysis: Literal["demand_forecast", "idle_gpus", "binding_constraint", "autoscaler_at_max"] | None = None
+    analysis: Literal["demand_forecast", "idle_gpus", "binding_constraint", "autoscaler_at_max", "priority_factors"] | None = None
     """A computed answer (capacity reviews) that replaces the evidence lines in the report."""
 
     @field_validator("signals")

@@ -15,7 +15,7 @@ from typing import Any
 
 from crashcart.agent.policies import fanout
 from crashcart.agent.policies.capacity import demand_forecast, idle_gpus
-from crashcart.agent.policies.constraint import autoscaler_at_max, binding_constraint
+from crashcart.agent.policies.constraint import autoscaler_at_max, binding_constraint, priority_factors
 from crashcart.agent.policies.conditions import CONDITIONS, idle_gpu_nodes, partition_peers
 from crashcart.agent.policies.evidence import SUSPICIOUS, Evidence, RUNNING_STATES, build_evidence, call_key, mounted_claims
 from crashcart.agent.policies.matching import LabelMatch, match_label, near_miss, waits_for_config
@@ -44,6 +44,7 @@ ANALYSES = {
     "idle_gpus": lambda ev: (*idle_gpus(ev), None),
     "binding_constraint": binding_constraint,
     "autoscaler_at_max": autoscaler_at_max,
+    "priority_factors": priority_factors,
 }
 
 
