@@ -143,7 +143,10 @@ class PlaybookPolicy:
         if backend != "slurm" and not upstream and not no_events:
             # Kubernetes objects (a RayJob, its pods) carry the job's name, and its id only where
             # the id could name one: Ray's `raysubmit_...` ids never do.
-            names = [job] + ([facts.name] if facts and facts.name and facts.name != job else [])
+            # A running pod nothing points at yet has its own events read; its workload's (the
+            # Job's, the PyTorchJob's) tell why pods never started or ended, which it has not.
+            workload = facts is not None and facts.name and facts.name != job and not (running and leader is None)
+            names = [job] + ([facts.name] if workload else [])
             calls += [ToolCall(tool="kubectl_events", args={"object": n}) for n in names if KUBE_NAME.match(n)]
         never_ran = pending or (facts is not None and facts.state.upper() == "PENDING")
         if not never_ran:

@@ -296,3 +296,14 @@ def test_a_wedged_client_is_drained_without_a_storage_page(kernel: str, label: s
     assert (diagnosis.label, diagnosis.root_cause, diagnosis.remedy) == (label, "node:n1", "exclude_node")
     assert [a.args["team"] for a in actions if a.tool == "escalate"] == teams
     assert ("node_drain", "n1") in [(a.tool, a.args.get("node")) for a in actions]
+
+
+@pytest.mark.parametrize("state, reads_workload", [("Running", False), ("Failed", True)])
+def test_a_running_pod_nothing_points_at_skips_its_workloads_events(state: str, reads_workload: bool) -> None:
+    pod = {**_job("train-0", state, ["k1"], ended_h=None if state == "Running" else 1), "name": "train"}
+    obs = [_obs("kubectl_describe", {"kind": "pod", "name": "train-0"}, "Name: train-0", job=pod),
+           _obs("kubectl_events", {"object": "train-0"}, events=[]),
+           _obs("get_logs", {"job": "train-0"}, "step 10 loss 2.0\n")]
+    st = {"observations": obs, "trigger": {"kind": "job_stalled", "job": "train-0"}, "backend": "kubernetes"}
+    calls = [(c.tool, c.args) for c in PlaybookPolicy().next_calls(st, NOW, "kubernetes")]
+    assert (("kubectl_events", {"object": "train"}) in calls) is reads_workload
