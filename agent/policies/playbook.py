@@ -324,6 +324,8 @@ class PlaybookPolicy:
             summary, evidence = f"{label.title}: {answer}", lines + evidence
             if chart and chart.get("binds"):
                 signals.append(f"analysis#{chart['binds']}")
+            # An analysis may name what its answer rests on with nothing to draw (no hourly series).
+            chart = chart if chart and chart.get("series") else None
         changes: dict[str, Any] = {}
         remedy_kind = remedy.kind
         if remedy.while_jobs_wait and ev.trigger.get("kind") == "chat" and any(
