@@ -31,6 +31,8 @@ SignalSource = Literal[
     "co_failures",    # other jobs that failed on the same node at about the same time
     "attempts",       # earlier attempts that failed at about the same step
     "log_recent",     # the job's log has a stamped line within min_minutes of now
+    "gpus_busy",      # every GPU sampled on a focus job's nodes is busy now (gpus_busy_pct, default 50)
+    "quiet_as_before",  # a running job silent since a line that began as long a silence before (agent/policies/quiet_phase.py)
     "throughput",     # the job's latest tokens/s fell min_drop_pct below its earlier median
     "memory_growth",  # a GPU's memory use rose steadily by min_growth_pct over the samples seen
     "node_labels",    # a relevant node's labels, as key=value lines
@@ -100,7 +102,8 @@ class Signal(Strict):
     """progress: no new step for at least this long; co_failures: time window; attempts: count
     only the runs that lasted at least this long before they failed; node_ran_since: how long
     the later job must have run without failing; kernel_log: the line where the match ends is
-    stamped on the wall clock at least this long before now (quiet since)."""
+    stamped on the wall clock at least this long before now (quiet since); quiet_as_before: the
+    job has been silent at least this long."""
     min_count: int | None = None
     """co_failures / attempts: how many."""
     min_drop_pct: float | None = None
@@ -121,9 +124,9 @@ class Signal(Strict):
     """Text signals: read the message's own arithmetic (PyTorch's OOM: free plus reserved-but-
     unallocated covers the request means fragmentation, not a batch too big)."""
     gpus_busy_pct: float | None = None
-    """Text signals: the match counts only when the job's GPUs are working now: every GPU sampled
-    on its nodes (the latest sample each) is at least this busy, with memory in use. A log that
-    ends inside an evaluation pass means a busy job only while its GPUs say so."""
+    """Text signals, quiet_as_before and gpus_busy: the match counts only when the job's GPUs are working now:
+    every GPU sampled on its nodes (the latest sample each) is at least this busy, with memory in
+    use. A log that ends inside an evaluation pass means a busy job only while its GPUs say so."""
     focus_only: bool = False
     """Text signals: only the focus jobs' own texts count (their log, their events), not another
     pod's: whose eviction message it is decides whether the pod was the cause or a bystander."""
@@ -200,6 +203,10 @@ InvestigateTarget = Literal[
 
     "partition_peers",  # two in-service nodes of the job's partition that are not the job's own
     "partition_jobs",  # two other jobs of the job's partition that run or ran fine (what works there)
+    # Nodes sharing a rack or switch label with two or more nodes the label's hits name (node
+    # listing first, to read the labels; playbooks/settings/topology_labels.yaml says which)
+    "topology_peers",
+    "job_claims",  # the PersistentVolumeClaims the job's pod spec mounts (their events: kubectl_events)
 ]
 
 StepCondition = Literal[
@@ -280,6 +287,10 @@ class Remedy(Strict):
     """exclude_node: also drain the node (false when it is already gone)."""
     escalate: Team | None = None
     """Also escalate to this team (exclude_node: hardware, IB: network)."""
+    page: bool = True
+    """exclude_node: also escalate to a team. False where draining is the whole repair and the
+    drain's reason the hand-off (a node-local client wedged until the node reboots): no team has
+    anything to fix beyond the drained-node routine, and a page would only send it to the wrong one."""
     notify_after_attempts: int | None = None
     """Tell the owner (and recommend a lasting fix) once this many attempts failed this way."""
     advice: str | None = None
@@ -344,7 +355,7 @@ class Label(Strict):
     service account used by all): the root cause is then the cluster, not the job asked about."""
     one_node: OneNode | None = None
     """The error may be confined to one node's client; see OneNode."""
-    analysis: Literal["demand_forecast", "idle_gpus", "binding_constraint", "autoscaler_at_max"] | None = None
+    analysis: Literal["demand_forecast", "idle_gpus", "binding_constraint", "autoscaler_at_max", "priority_factors"] | None = None
     """A computed answer (capacity reviews) that replaces the evidence lines in the report."""
 
     @field_validator("signals")

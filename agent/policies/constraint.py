@@ -259,6 +259,22 @@ def _fair_share(ev: Evidence, rows: list[dict[str, Any]], text: str,
     return lines
 
 
+def priority_factors(ev: Evidence) -> tuple[str, list[str], dict[str, Any] | None]:
+    """Why a job waits its turn (reason Priority), from the scheduler's own numbers: its account's
+    spent fair share (sshare) and the fair-share part of the pending jobs' priorities (sprio)."""
+    waiting = [f for j in ev.focus_jobs() if (f := ev.jobs.get(j)) and str(f.reason or "").lower() == "priority"]
+    rows = [_row_of(f) for f in ev.jobs.values()]
+    mine = [_row_of(f) for f in waiting]
+    lines = _fair_share(ev, mine, "", rows) if mine else None
+    if not lines:
+        read = "sshare shows no account of the waiting job short of its share" if ev.limits.get("shares") else \
+            "the fair-share tables were not read"
+        return (f"the job starts in its turn; higher-priority jobs go first ({read}).", [], None)
+    return (f"job {waiting[0].job} waits its turn because its account's fair share is spent: {'; '.join(lines)}. "
+            "Usage decays over time, so its priority recovers; a larger share is the account's PI to negotiate.", lines,
+            {"binds": "fair_share"})
+
+
 def binding_constraint(ev: Evidence) -> tuple[str, list[str], dict[str, Any]]:
     """(the answer, its evidence lines, a chart of GPUs waiting and running by hour of day)."""
     text = ev.trigger.get("text") or ""

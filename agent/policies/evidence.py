@@ -432,6 +432,29 @@ def _owning_job(name: str, jobs: dict[str, JobFacts]) -> str | None:
     return best[1] if best else None
 
 
+def mounted_claims(config: dict[str, Any]) -> list[str]:
+    """The PersistentVolumeClaims a job's pod spec mounts (`volumes[].persistentVolumeClaim.claimName`,
+    at the top of its config or under `spec`/`template.spec`)."""
+    found: list[str] = []
+    for holder in (config, config.get("spec"), (config.get("template") or {}).get("spec")
+                   if isinstance(config.get("template"), dict) else None):
+        volumes = holder.get("volumes") if isinstance(holder, dict) else None
+        for v in volumes if isinstance(volumes, list) else []:
+            claim = (v.get("persistentVolumeClaim") or {}).get("claimName") if isinstance(v, dict) else None
+            if isinstance(claim, str) and claim and claim not in found:
+                found.append(claim)
+    return found
+
+
+def _claim_user(name: str, ev: Evidence) -> str | None:
+    """The job whose pod spec mounts the claim `name` (a focus job first): a claim's events (its
+    provisioning failing) are about the job waiting on it."""
+    for job in ev.focus_jobs() + list(ev.configs):
+        if name in mounted_claims(ev.configs.get(job, {})):
+            return job
+    return None
+
+
 def _merge_job(ev: Evidence, row: dict[str, Any], parent: str | None = None) -> None:
     if row.get("attempt"):
         # An earlier attempt belongs to the job asked about, whatever its own id.
@@ -554,7 +577,8 @@ def build_evidence(observations: list[dict[str, Any]], trigger: dict[str, Any], 
                 ev.nodes[row["node"]] = row
     for doc in ev.docs:
         if doc.entity.startswith("job:") and doc.entity[4:] not in ev.jobs:
-            owner = _owning_job(doc.entity[4:], ev.jobs)
+            owner = _owning_job(doc.entity[4:], ev.jobs) or (
+                _claim_user(doc.entity[4:], ev) if doc.source == "events" else None)
             if owner:
                 doc.entity = f"job:{owner}"
     from crashcart.agent.policies.progress_bars import extend_log_times

@@ -293,6 +293,8 @@ def _bound(calls: list[ToolCall], ev: Evidence, candidates: list[LabelMatch]) ->
             continue
         if logs_outstanding and call.tool in WAIT_FOR_KERNEL_LOGS and node is None:
             continue
+        if logs_outstanding and call.tool == "list_jobs" and call.args.get("node"):
+            continue  # a suspect's other victims matter once the kernel logs say the fault is that node's alone
         if call.tool in LISTINGS and node and asked(call.tool, {}):
             continue  # the listing of every node already has this one
         if call.tool == "kubectl_get_nodes" and node and asked("kubectl_describe", {"kind": "node", "name": node}):

@@ -11,6 +11,7 @@ from typing import Any
 from crashcart.agent.policies.evidence import Evidence, RUNNING_STATES, _time, cancelled_by, gave_up_after_pod_failures
 from crashcart.playbooks._loader import LabelEntry
 from crashcart.agent.policies.config_keys import parse_size
+from crashcart.agent.policies.quiet_phase import quiet_as_before
 from crashcart.playbooks._model import TEXT_SOURCES, Arithmetic, Signal
 
 # A run's end state that says it finished its work (Slurm, Kubernetes, Ray).
@@ -349,6 +350,16 @@ def signal_hits(idx: int, sig: Signal, pattern, ev: Evidence) -> list[Hit]:
                 quiet = (ev.now - doc.last_time).total_seconds() / 60
                 if quiet <= (sig.min_minutes or 10):
                     hits.append(Hit(idx, doc.entity, f"{doc.entity[4:]}: last log line {quiet:.0f} min ago", doc.call))
+    elif sig.where == "gpus_busy":
+        pct = sig.gpus_busy_pct if sig.gpus_busy_pct is not None else 50
+        hits += [Hit(idx, f"job:{j}", f"job {j}: every GPU sampled on its nodes is at least {pct:g}% busy, memory in use",
+                     f"nvidia_smi_query:{j}") for j in focus if _gpus_busy(pct, f"job:{j}", ev)]
+    elif sig.where == "quiet_as_before":
+        for j in focus:
+            phase = quiet_as_before(ev, j)
+            busy = sig.gpus_busy_pct is None or _gpus_busy(sig.gpus_busy_pct, f"job:{j}", ev)
+            if phase and busy and phase.silent_min >= (sig.min_minutes or 0):
+                hits.append(Hit(idx, f"job:{j}", phase.describe(), f"get_logs:{j}"))
     elif sig.where == "throughput":
         for j in focus:
             rates = [p.tokens_per_sec for p in sorted(ev.progress.get(j, ([], []))[0], key=lambda p: p.time)

@@ -15,13 +15,14 @@ from typing import Any
 
 from crashcart.agent.policies import fanout
 from crashcart.agent.policies.capacity import demand_forecast, idle_gpus
-from crashcart.agent.policies.constraint import autoscaler_at_max, binding_constraint
+from crashcart.agent.policies.constraint import autoscaler_at_max, binding_constraint, priority_factors
 from crashcart.agent.policies.conditions import CONDITIONS, idle_gpu_nodes, partition_peers
-from crashcart.agent.policies.evidence import SUSPICIOUS, Evidence, RUNNING_STATES, build_evidence, call_key
+from crashcart.agent.policies.evidence import SUSPICIOUS, Evidence, RUNNING_STATES, build_evidence, call_key, mounted_claims
 from crashcart.agent.policies.matching import FINISHED_STATES, LabelMatch, match_label, near_miss, waits_for_config
 from crashcart.agent.policies.no_fault import Standing, load_table, standing, unexplained
 from crashcart.agent.policies.remedy import ESCALATION_TEAM, captured_values, compute_changes, fallback_team, plan_actions
 from crashcart.agent.policies.scope import one_node
+from crashcart.agent.policies.topology import rack_peers
 from crashcart.agent.state import Diagnosis
 from crashcart.playbooks import KnowledgeBase, load_playbooks
 from crashcart.tools._spec import REGISTRY, ToolCall
@@ -30,6 +31,8 @@ MAX_NODES_PER_STEP = 16
 MAX_PEER_JOBS = 6
 MAX_RUNNING_PEERS = 2
 MAX_ATTEMPT_LOGS = 2
+# Rack peers read to tell a switch from a cable: a few more nodes showing the same fault is enough.
+MAX_RACK_PEERS = 4
 
 # What a pod shows when the node under it stopped answering (the kubelet can no longer report it).
 LOST_POD_STATES = {"UNKNOWN", "NODELOST"}
@@ -42,6 +45,7 @@ ANALYSES = {
     "idle_gpus": lambda ev: (*idle_gpus(ev), None),
     "binding_constraint": binding_constraint,
     "autoscaler_at_max": autoscaler_at_max,
+    "priority_factors": priority_factors,
 }
 
 
@@ -73,11 +77,14 @@ class PlaybookPolicy:
         if observations:
             for match in candidates:
                 wanted += fanout.worth_taking(match, candidates, self._steps(match, ev, backend))
-            if candidates and candidates[0].entry.label.remedy.kind == "exclude_node":
+            if (candidates and candidates[0].entry.label.remedy.kind == "exclude_node"
+                    and not self._rack_reads_pending(candidates[0], ev, backend)):
                 # One cause, every victim: the leading suspect node's other jobs (any user or
-                # namespace) are rerun too, so list them.
+                # namespace) are rerun too, so list them (once its rack peers said it is the node's).
                 wanted += [ToolCall(tool="list_jobs", args={"node": e[5:]}) for e in candidates[0].entities("node")[:2]]
-            if not candidates and self._failed_focus(ev):
+            if not candidates and self._failed_focus(ev) and not self._unread(wanted, ev):
+                # The sweep waits for the reads about the job itself still going out (the events
+                # of its workload, found by name in the first round): they often say why at once.
                 wanted += self._sweep(ev, backend)
             if any(waits_for_config(entry, ev) for entry in self.kb):
                 wanted += [ToolCall(tool="job_config", args={"job": j}) for j in ev.focus_jobs()[:2]]
@@ -151,7 +158,10 @@ class PlaybookPolicy:
         if backend != "slurm" and not upstream and not no_events:
             # Kubernetes objects (a RayJob, its pods) carry the job's name, and its id only where
             # the id could name one: Ray's `raysubmit_...` ids never do.
-            names = [job] + ([facts.name] if facts and facts.name and facts.name != job else [])
+            # A running pod nothing points at yet has its own events read; its workload's (the
+            # Job's, the PyTorchJob's) tell why pods never started or ended, which it has not.
+            workload = facts is not None and facts.name and facts.name != job and not (running and leader is None)
+            names = [job] + ([facts.name] if workload else [])
             calls += [ToolCall(tool="kubectl_events", args={"object": n}) for n in names if KUBE_NAME.match(n)]
         never_ran = pending or (facts is not None and facts.state.upper() == "PENDING")
         if not never_ran:
@@ -199,6 +209,10 @@ class PlaybookPolicy:
                 targets = [{"job": j} for j in ev.running_peers()[:MAX_RUNNING_PEERS]]
             elif step.scope == "failed_peers":
                 targets = [{"job": j} for j in ev.failed_peers()[:MAX_PEER_JOBS]]
+            elif step.scope == "job_claims":
+                targets = [{"object": f"persistentvolumeclaim/{c}"} for j in jobs for c in mounted_claims(ev.configs.get(j, {}))]
+            elif step.scope == "topology_peers":
+                targets = self._topology_targets(step.tool, match, ev, backend)
             elif step.scope == "namespace":
                 targets = [{"partition": ev.jobs[j].partition} for j in jobs if j in ev.jobs and ev.jobs[j].partition]
             else:
@@ -247,6 +261,30 @@ class PlaybookPolicy:
                       if a.get("attempt")]
         return calls
 
+    @staticmethod
+    def _topology_targets(tool: str, match: LabelMatch, ev: Evidence, backend: str) -> list[dict[str, Any]]:
+        """A fault on two or more nodes: the node listing (their rack and switch labels), then the
+        other nodes of the rack or switch they share, where the same fault shows if it is that
+        switch's. Slurm's node listing carries no labels (its topology is in topology.conf)."""
+        named = [e[5:] for e in match.entities("node")]
+        if len(named) < 2 or backend == "slurm":
+            return []
+        if tool in fanout.LISTINGS:
+            return [{}]
+        return [{"node": n} for n in rack_peers(named, ev)[:MAX_RACK_PEERS]]
+
+    def _rack_reads_pending(self, match: LabelMatch, ev: Evidence, backend: str) -> bool:
+        """The label still has to read the rack peers of the nodes it names: until then a switch,
+        which drains no node and reruns no victim on it, is as likely as the node."""
+        for step in match.entry.label.investigate:
+            if step.scope != "topology_peers":
+                continue
+            for target in self._topology_targets(step.tool, match, ev, backend):
+                tool = self._node_listing(backend, target).tool if step.tool in fanout.LISTINGS else step.tool
+                if call_key(tool, target) not in ev.calls:
+                    return True
+        return False
+
     def _sweep(self, ev: Evidence, backend: str) -> list[ToolCall]:
         """Nothing recognised yet: look at the nodes and the job's past before giving up."""
         calls: list[ToolCall] = []
@@ -272,6 +310,13 @@ class PlaybookPolicy:
             elif s.unexplained == "stalled":
                 calls += [ToolCall(tool="kernel_log", args={"node": n}) for n in ev.relevant_nodes()[:MAX_NODES_PER_STEP]]
         return calls
+
+    @staticmethod
+    def _unread(calls: list[ToolCall], ev: Evidence) -> bool:
+        """Some of these calls about the focus jobs (their events, log, status) were not made yet."""
+        about = set(ev.focus_jobs()) | {f.name for j in ev.focus_jobs() if (f := ev.jobs.get(j)) and f.name}
+        return any(call_key(c.tool, c.args) not in ev.calls and (c.args.get("job") in about or c.args.get("object") in about)
+                   for c in calls)
 
     def _failed_focus(self, ev: Evidence) -> bool:
         return any(ev.jobs[j].failed for j in ev.focus_jobs() if j in ev.jobs)
@@ -321,6 +366,8 @@ class PlaybookPolicy:
             summary, evidence = f"{label.title}: {answer}", lines + evidence
             if chart and chart.get("binds"):
                 signals.append(f"analysis#{chart['binds']}")
+            # An analysis may name what its answer rests on with nothing to draw (no hourly series).
+            chart = chart if chart and chart.get("series") else None
         changes: dict[str, Any] = {}
         remedy_kind = remedy.kind
         if remedy.while_jobs_wait and ev.trigger.get("kind") == "chat" and any(

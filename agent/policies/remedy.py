@@ -232,7 +232,8 @@ def plan_actions(match: LabelMatch | None, remedy_kind: str, ev: Evidence, root_
             # A job the node's failed launch left held in the queue is a victim too: it never ran.
             if ev.jobs.get(v) and (ev.jobs[v].failed or _is_running(ev, v) or _is_held(ev, v, backend)):
                 resubmit(v, exclude=[root_node])
-        escalate(remedy.escalate or match.entry.label.team or "hardware")
+        if remedy.page:
+            escalate(remedy.escalate or match.entry.label.team or "hardware")
     elif remedy_kind in ESCALATION_TEAM:
         escalate(ESCALATION_TEAM[remedy_kind])
     elif remedy_kind == "wait" and job and job in ev.jobs:

@@ -234,3 +234,76 @@ def test_a_port_back_only_minutes_ago_has_not_held_yet() -> None:
     recent = STAMPED_BLIP.replace("Tue May  4 09:00:18", "Tue May  4 11:50:18").replace("cni0", "x").splitlines()[:3]
     diagnosis, _ = PlaybookPolicy().diagnose(_flap_state("\n".join(recent) + "\n", []), NOW)
     assert diagnosis.label != "ib_port_flap_recovered"
+
+
+# --- a suspended Job (spec.suspend) is not a failure -------------------------------------------
+
+def _suspend_state(events: list[tuple[str, str]], log: str = "received SIGTERM, checkpoint saved\n") -> dict[str, Any]:
+    pod = {**_job("train-0", "Failed", ["k1"]), "name": "train", "exit_code": "143"}
+    obs = [_obs("kubectl_describe", {"kind": "pod", "name": "train-0"}, "Name: train-0", job=pod),
+           _obs("get_logs", {"job": "train-0"}, log),
+           _obs("kubectl_events", {"object": "train"}, events=[
+               {"object": "job/ns/train", "type": "Normal", "reason": r, "message": m,
+                "time": (NOW - timedelta(hours=1)).isoformat()} for r, m in events])]
+    return {"observations": obs, "trigger": {"kind": "job_failed", "job": "train-0"}, "backend": "kubernetes"}
+
+
+def test_a_suspended_job_is_no_incident() -> None:
+    st = _suspend_state([("Suspended", "Job suspended"), ("SuccessfulDelete", "Deleted pod: train-0-abcde")])
+    diagnosis, actions = PlaybookPolicy().diagnose(st, NOW)
+    assert (diagnosis.label, diagnosis.remedy, actions) == ("job_suspended", "none", [])
+
+
+@pytest.mark.parametrize("extra", [
+    ("Preempted", "Preempted to accommodate a workload (UID: 1f2e) due to prioritization in the ClusterQueue"),
+    ("BackoffLimitExceeded", "Job has reached the specified backoff limit"),
+])
+def test_a_queue_preemption_or_a_failed_job_is_not_a_suspension(extra: tuple[str, str]) -> None:
+    st = _suspend_state([("Suspended", "Job suspended"), extra])
+    diagnosis, _ = PlaybookPolicy().diagnose(st, NOW)
+    assert diagnosis.label != "job_suspended"
+
+
+def test_nothing_recognised_waits_for_the_workload_events_before_sweeping() -> None:
+    # Round two of a failed pod: its own events said nothing; the Job's events (by name) go out
+    # alone, before the nodes and the job's past are swept.
+    st = _suspend_state([])
+    st["observations"] = [o for o in st["observations"] if o["tool"] != "kubectl_events"]
+    st["observations"].append(_obs("kubectl_events", {"object": "train-0"}, events=[]))
+    calls = PlaybookPolicy().next_calls(st, NOW, "kubernetes")
+    assert [(c.tool, c.args) for c in calls] == [("kubectl_events", {"object": "train"})]
+
+
+# --- a node's Lustre client wedged after it reconnected: drain, no page to storage --------------
+
+EVICTED = ("LustreError: 167-0: fs-OST0001-osc-ffff1: This client was evicted by fs-OST0001; in progress "
+           "operations using this service will fail.\n")
+RESTORED = "Lustre: fs-OST0001-osc-ffff1: Connection restored to 10.0.0.5@o2ib (at 10.0.0.5@o2ib)\n"
+HUNG = ("INFO: task python:4411 blocked for more than 241 seconds.\nCall Trace:\n"
+        " cl_sync_io_wait+0x1f4/0x380 [obdclass]\n ll_readpage+0x11d/0x6a0 [lustre]\n")
+
+
+@pytest.mark.parametrize("kernel, label, teams", [
+    (EVICTED + RESTORED + HUNG, "lustre_client_wedged", []),
+    # Never reconnected: the mount stays unusable until storage remounts it.
+    (EVICTED + HUNG, "lustre_client_evicted", ["storage"]),
+])
+def test_a_wedged_client_is_drained_without_a_storage_page(kernel: str, label: str, teams: list[str]) -> None:
+    obs = [_obs("sacct", {"job": "81"}, rows=[_job("81", "FAILED", ["n1", "n2"])]),
+           _obs("kernel_log", {"node": "n1"}, kernel), _obs("kernel_log", {"node": "n2"}, "clean\n")]
+    st = {"observations": obs, "trigger": {"kind": "job_failed", "job": "81"}, "backend": "slurm"}
+    diagnosis, actions = PlaybookPolicy().diagnose(st, NOW)
+    assert (diagnosis.label, diagnosis.root_cause, diagnosis.remedy) == (label, "node:n1", "exclude_node")
+    assert [a.args["team"] for a in actions if a.tool == "escalate"] == teams
+    assert ("node_drain", "n1") in [(a.tool, a.args.get("node")) for a in actions]
+
+
+@pytest.mark.parametrize("state, reads_workload", [("Running", False), ("Failed", True)])
+def test_a_running_pod_nothing_points_at_skips_its_workloads_events(state: str, reads_workload: bool) -> None:
+    pod = {**_job("train-0", state, ["k1"], ended_h=None if state == "Running" else 1), "name": "train"}
+    obs = [_obs("kubectl_describe", {"kind": "pod", "name": "train-0"}, "Name: train-0", job=pod),
+           _obs("kubectl_events", {"object": "train-0"}, events=[]),
+           _obs("get_logs", {"job": "train-0"}, "step 10 loss 2.0\n")]
+    st = {"observations": obs, "trigger": {"kind": "job_stalled", "job": "train-0"}, "backend": "kubernetes"}
+    calls = [(c.tool, c.args) for c in PlaybookPolicy().next_calls(st, NOW, "kubernetes")]
+    assert (("kubectl_events", {"object": "train"}) in calls) is reads_workload
