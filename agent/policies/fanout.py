@@ -243,7 +243,10 @@ def _job_log_explains(leader: LabelMatch) -> bool:
     """A cause in the job itself (not a symptom) that the job's own log states, beyond a bare
     missing progress (a hang alone says nothing of why)."""
     label = leader.entry.label
-    return (not label.symptom and label.root_cause == "job"
+    # A label that rests on the missing progress itself (a hang) explains nothing: its log words
+    # ("heartbeat", "stuck") only echo the stall, and the GPUs still have to say busy or idle.
+    rests_on_stall = any(sig.where == "progress" and getattr(sig, "required", False) for sig in label.signals)
+    return (not label.symptom and label.root_cause == "job" and not rests_on_stall
             and any(label.signals[h.signal].where == "log" for h in leader.hits))
 
 

@@ -153,8 +153,8 @@ def test_hosts_that_only_waited_are_read_after_the_host_with_its_own_error():
 class JobCause:
     """A cause in the job itself, resting on signals of the given kinds (`log`, `progress`)."""
 
-    def __init__(self, *where, symptom=False):
-        signals = [SimpleNamespace(where=w) for w in where]
+    def __init__(self, *where, symptom=False, required=()):
+        signals = [SimpleNamespace(where=w, required=w in required) for w in where]
         self.entry = SimpleNamespace(label=SimpleNamespace(root_cause="job", symptom=symptom, signals=signals))
         self.hits = [SimpleNamespace(signal=i) for i in range(len(signals))]
 
@@ -171,3 +171,7 @@ def test_a_stall_the_job_s_own_log_explains_ends_the_search_for_a_slow_gpu():
     assert [c.args["node"] for c in bound(wanted, ev, [JobCause("progress")])] == ["s3", "s4"]
     # A symptom (a timeout) is no cause either.
     assert [c.args["node"] for c in bound(wanted, ev, [JobCause("log", symptom=True)])] == ["s3", "s4"]
+    # A hang (its missing step required) whose log words only echo the stall ("heartbeat",
+    # "stuck") explains nothing: the GPUs still have to say busy or idle.
+    hang = JobCause("log", "progress", required=("progress",))
+    assert [c.args["node"] for c in bound(wanted, ev, [hang])] == ["s3", "s4"]
