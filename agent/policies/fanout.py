@@ -245,9 +245,11 @@ def _job_log_explains(leader: LabelMatch) -> bool:
     label = leader.entry.label
     # A label that rests on the missing progress itself (a hang) explains nothing: its log words
     # ("heartbeat", "stuck") only echo the stall, and the GPUs still have to say busy or idle.
-    rests_on_stall = any(sig.where == "progress" and getattr(sig, "required", False) for sig in label.signals)
-    return (not label.symptom and label.root_cause == "job" and not rests_on_stall
-            and any(label.signals[h.signal].where == "log" for h in leader.hits))
+    if label.symptom or label.root_cause != "job":
+        return False
+    if any(sig.where == "progress" and sig.required for sig in label.signals):
+        return False
+    return any(label.signals[h.signal].where == "log" for h in leader.hits)
 
 
 def _history_where_sampled(calls: list[ToolCall], ev: Evidence, candidates: list[LabelMatch]) -> list[ToolCall]:
