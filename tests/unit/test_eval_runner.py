@@ -156,7 +156,7 @@ def test_an_empty_folder_gives_an_empty_report(tmp_path):
 # evals/BLIND-3.md) >= 85 %, blind-4 likewise, and no forbidden action anywhere. Beyond the bars the holdout is held
 # to what it has reached, a floor that only ever rises: a holdout case that passes cannot start
 # failing unnoticed.
-HOLDOUT_FLOOR_PASSED = 180
+HOLDOUT_FLOOR_PASSED = 228
 HOLDOUT_MOST_FORBIDDEN = 0
 
 
@@ -179,6 +179,9 @@ def test_the_bundled_suite_meets_the_bar():
     # blind-4 (66 more, first run 33/66 with 4 forbidden actions, see evals/BLIND-4.md): the same bar.
     blind4 = [r for r in holdout if "blind-4" in r.tags]
     assert len(blind4) >= 66 and sum(r.passed for r in blind4) >= 0.85 * len(blind4), not_passed
+    # blind-5 (48 more, first run 29/48 with 4 forbidden actions, see evals/BLIND-5.md): the same bar.
+    blind5 = [r for r in holdout if "blind-5" in r.tags]
+    assert len(blind5) >= 48 and sum(r.passed for r in blind5) >= 0.85 * len(blind5), not_passed
     assert s.passed >= 0.95 * s.total, not_passed
     # Issue 3's bar: distinct in substance, a blind holdout of its own.
     from crashcart.evals.coverage import combination, duplicates
