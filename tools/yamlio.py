@@ -1,10 +1,12 @@
 """Reading YAML data (scenarios, playbooks, guard policies) and saying clearly what is wrong."""
 
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
+
+M = TypeVar("M", bound=BaseModel)
 
 # libyaml parses about ten times faster; the pure-Python loader is the fallback.
 _BASE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -67,6 +69,15 @@ def read_yaml_file(path: str | Path) -> Any:
         return load_yaml(text)
     except yaml.YAMLError as e:
         raise DataFileError(path, describe_yaml_error(e)) from None
+
+
+def read_model_file(path: str | Path, model: type[M], error: type[DataFileError] = DataFileError) -> M:
+    """One YAML data file validated by a strict pydantic model; `error` names the file and the field."""
+    data = read_yaml_file(path)
+    try:
+        return model.model_validate(data)
+    except ValidationError as e:
+        raise error(path, describe_validation_error(e, data)) from None
 
 
 def describe_yaml_error(err: yaml.YAMLError) -> str:

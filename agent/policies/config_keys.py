@@ -14,10 +14,10 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterator, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from crashcart.playbooks._loader import BUNDLED_DIR
-from crashcart.tools.yamlio import DataFileError, describe_validation_error, read_yaml_file
+from crashcart.tools.yamlio import DataFileError, read_model_file
 
 TABLE_PATH = BUNDLED_DIR / "settings" / "config_keys.yaml"
 
@@ -232,12 +232,7 @@ class KeyTableError(DataFileError):
 
 @lru_cache(maxsize=4)
 def load_key_table(path: str | None = None) -> KeyTable:
-    where = Path(path) if path else TABLE_PATH
-    data = read_yaml_file(where)
-    try:
-        return KeyTable.model_validate(data)
-    except ValidationError as e:
-        raise KeyTableError(where, describe_validation_error(e, data)) from None
+    return read_model_file(Path(path) if path else TABLE_PATH, KeyTable, KeyTableError)
 
 
 # --- units ---------------------------------------------------------------------------------

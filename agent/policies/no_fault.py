@@ -14,13 +14,13 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from crashcart.agent.policies.evidence import RUNNING_STATES, SUCCEEDED_STATES, Evidence, JobFacts
 from crashcart.agent.policies.matching import _stalled_minutes, signal_hits
 from crashcart.playbooks import KnowledgeBase
 from crashcart.playbooks._loader import BUNDLED_DIR
-from crashcart.tools.yamlio import DataFileError, describe_validation_error, read_yaml_file
+from crashcart.tools.yamlio import DataFileError, read_model_file
 
 TABLE_PATH = BUNDLED_DIR / "settings" / "no_fault.yaml"
 # The schedulers' word for a job that has not started (Slurm, a pod's phase, Ray's job status).
@@ -60,11 +60,7 @@ class NoFaultTableError(DataFileError):
 @lru_cache(maxsize=4)
 def load_table(path: str | None = None) -> NoFaultTable:
     where = Path(path) if path else TABLE_PATH
-    data = read_yaml_file(where)
-    try:
-        table = NoFaultTable.model_validate(data)
-    except ValidationError as e:
-        raise NoFaultTableError(where, describe_validation_error(e, data)) from None
+    table = read_model_file(where, NoFaultTable, NoFaultTableError)
     missing = [k for k in get_args(Unexplained) if k not in table.undetermined]
     if missing:
         raise NoFaultTableError(where, f"undetermined: no route for {', '.join(missing)}")

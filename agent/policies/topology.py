@@ -12,11 +12,11 @@ import re
 from functools import lru_cache
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, field_validator
 
 from crashcart.agent.policies.evidence import Evidence
 from crashcart.playbooks._loader import BUNDLED_DIR
-from crashcart.tools.yamlio import DataFileError, describe_validation_error, read_yaml_file
+from crashcart.tools.yamlio import DataFileError, read_model_file
 
 TABLE_PATH = BUNDLED_DIR / "settings" / "topology_labels.yaml"
 
@@ -51,12 +51,7 @@ class TopologyTableError(DataFileError):
 
 @lru_cache(maxsize=4)
 def load_topology_keys(path: str | None = None) -> TopologyKeys:
-    where = Path(path) if path else TABLE_PATH
-    data = read_yaml_file(where)
-    try:
-        return TopologyKeys.model_validate(data)
-    except ValidationError as e:
-        raise TopologyTableError(where, describe_validation_error(e, data)) from None
+    return read_model_file(Path(path) if path else TABLE_PATH, TopologyKeys, TopologyTableError)
 
 
 def rack_peers(suspects: list[str], ev: Evidence) -> list[str]:
