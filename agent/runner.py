@@ -24,10 +24,12 @@ class IncidentRun:
 
 
 def make_deps(backend: Backend, policy: Policy, guard_policy: GuardPolicy, store: IncidentStore, cluster: str,
-              notifiers: list[Any] | None = None, ceiling: GuardPolicy | None = None) -> Deps:
+              notifiers: list[Any] | None = None, ceiling: GuardPolicy | None = None,
+              breaker: str | None = None) -> Deps:
     """`notifiers`: where executed escalations go (the store always, then these); None: no delivery.
-    `ceiling`: a live cluster's own guard policy, which no incident acting on it may exceed."""
-    guard = Guard(guard_policy, store, cluster=cluster, clock=backend.now, ceiling=ceiling)
+    `ceiling`: a live cluster's own guard policy, which no incident acting on it may exceed.
+    `breaker`: the key of the breaker record when it is not `cluster` (a recorded scenario's)."""
+    guard = Guard(guard_policy, store, cluster=cluster, clock=backend.now, ceiling=ceiling, breaker=breaker)
     notifier = None
     if notifiers is not None:
         from crashcart.agent.notify import Dispatcher

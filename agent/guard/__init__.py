@@ -1,6 +1,8 @@
 """The guard (DESIGN.md, Contract 4): allow, dry-run, needs-approval or deny, journaled first."""
 
-from crashcart.agent.guard._guard import ApprovalError, Decision, DecisionKind, Guard, Review
+from crashcart.agent.guard._guard import (
+    SCENARIO_BREAKER_PREFIX, ApprovalError, Decision, DecisionKind, Guard, Review, scenario_breaker,
+)
 from crashcart.agent.guard._policy import (
     DEFAULT_POLICY_PATH,
     ApprovalSettings,
@@ -42,8 +44,9 @@ __all__ = [
     "PolicyError",
     "RestartBudget",
     "canonical_policy",
-
     "Review",
+    "SCENARIO_BREAKER_PREFIX",
+    "scenario_breaker",
     "load_policy",
     "mode_wider",
     "other_policy_flags",

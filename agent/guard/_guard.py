@@ -85,7 +85,7 @@ class Guard:
     def __init__(
         self, policy: GuardPolicy, store: IncidentStore, cluster: str,
         clock: Callable[[], datetime] = _utcnow,
-        ceiling: GuardPolicy | None = None,
+        ceiling: GuardPolicy | None = None, breaker: str | None = None,
     ):
         self.policy = policy
         """The policy for incidents that do not have one yet; an incident keeps the one it began under."""
@@ -95,6 +95,9 @@ class Guard:
         incident in a shared store (a scenario's, run with --guard and a matching name) acts on nothing."""
         self.store = store
         self.cluster = cluster
+        self.breaker = breaker or cluster
+        """The key of this cluster's breaker record: a recorded scenario's is `scenario_breaker(id)`, so
+        a scenario run under a live cluster's name in a shared store never trips (or resets) that one's."""
         self.clock = clock
         self.sha256 = policy_sha256(policy)
         self._bound: dict[str, tuple[GuardPolicy, str]] = {}
@@ -142,7 +145,7 @@ class Guard:
             if review is not None:
                 verdict = self._narrow(policy, verdict, review, call.tool, target)
             if verdict.trip:
-                self.store.trip_breaker(self.cluster, verdict.trip, now, incident_id=incident_id)
+                self.store.trip_breaker(self.breaker, verdict.trip, now, incident_id=incident_id)
             return self._journal(call.action_id, call.tool, call.args, verdict, incident_id, target, now)
 
     def saw(self, incident_id: str, call: ToolCall, result: dict | None) -> None:
@@ -245,7 +248,7 @@ class Guard:
 
     def _breaker(self, p: GuardPolicy, target: ActionTarget, now: datetime) -> _Verdict | None:
         b, node = p.breaker, target.node
-        state = self.store.breaker_state(self.cluster)
+        state = self.store.breaker_state(self.breaker)
         if state.tripped:
             return _Verdict(
                 "deny",
@@ -349,7 +352,7 @@ class Guard:
             self.store.record_approval_attempt(incident_id, outcome="accepted", reason=None, at=now, **attempt)
             verdict = self._answer(policy, pending.tool, target, now, approver, approved, pending.rule)
             if verdict.trip:
-                self.store.trip_breaker(self.cluster, verdict.trip, now, incident_id=incident_id)
+                self.store.trip_breaker(self.breaker, verdict.trip, now, incident_id=incident_id)
             return self._journal(action_id, pending.tool, pending.args, verdict, incident_id, target, now)
 
     def _may_answer(self, pending, bound, action_id: str, incident_id: str, approver: str,
@@ -405,15 +408,20 @@ class Guard:
         return blocked or _Verdict("allow", f"Approved by {approver}.", rule)
 
     def breaker_state(self) -> BreakerState:
-        return self.store.breaker_state(self.cluster)
+        return self.store.breaker_state(self.breaker)
 
     def reset_breaker(self, person: str, *, os_user: str | None = None) -> BreakerState:
-        """Close a tripped breaker: only a person the policy names as an approver may (the policy
-        of the incident that tripped it, when the store knows it); no approvers, nobody may."""
+        """Close a tripped breaker: only a person the policy names as an approver may; no approvers,
+        nobody may. On a live cluster the policy is its own (the ceiling), whatever policy the incident
+        that tripped it stored: that incident may be a scenario's, run under a wider --guard. Elsewhere
+        (a recorded scenario) it is the tripping incident's policy, when the store knows it."""
         now = self.clock()
-        state = self.store.breaker_state(self.cluster)
-        bound = self.policy_for(state.incident_id) if state.incident_id else None
-        policy, sha = bound or (self.policy, self.sha256)
+        state = self.store.breaker_state(self.breaker)
+        if self.ceiling is not None:
+            policy, sha = self.ceiling, policy_sha256(self.ceiling)
+        else:
+            bound = self.policy_for(state.incident_id) if state.incident_id else None
+            policy, sha = bound or (self.policy, self.sha256)
         try:
             if not person or not person.strip():
                 raise ApprovalError("Resetting the circuit breaker needs the name of the person doing it.")
@@ -424,10 +432,18 @@ class Guard:
             _identify(policy, policy.approvers, person, os_user, "reset the circuit breaker")
         except ApprovalError as e:
             self.store.record_approval_attempt(
-                state.incident_id or f"cluster:{self.cluster}", outcome="refused", reason=str(e), at=now,
+                state.incident_id or f"cluster:{self.breaker}", outcome="refused", reason=str(e), at=now,
                 tool="breaker_reset", approver=person, os_user=os_user, policy_sha256=sha)
             raise
-        return self.store.reset_breaker(self.cluster, person, now)
+        return self.store.reset_breaker(self.breaker, person, now)
+
+
+def scenario_breaker(scenario_id: str) -> str:
+    """The breaker key of a recorded scenario's runs: apart from every live cluster's (its bare name)."""
+    return f"{SCENARIO_BREAKER_PREFIX}{scenario_id}"
+
+
+SCENARIO_BREAKER_PREFIX = "scenario:"
 
 
 def _identify(policy: GuardPolicy, allowed: tuple[Approver, ...], person: str, os_user: str | None,

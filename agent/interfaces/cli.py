@@ -268,7 +268,7 @@ def _store_path(state_dir: Path) -> str:
 
 
 def _scenario_deps(scenario_path: str, mode: Optional[str], guard_file: Optional[Path], state_dir: Path):
-    from crashcart.agent.guard import load_policy, policy_from_dict
+    from crashcart.agent.guard import load_policy, policy_from_dict, scenario_breaker
     from crashcart.agent.policies import make_policy
     from crashcart.agent.runner import make_deps
     from crashcart.agent.store import IncidentStore
@@ -283,7 +283,9 @@ def _scenario_deps(scenario_path: str, mode: Optional[str], guard_file: Optional
                      if scenario.guard else load_policy(None), mode)
     store = IncidentStore(_store_path(state_dir))
     backend = FixtureBackend(scenario.cluster, scenario.backend)
-    return scenario, make_deps(backend, make_policy("playbook"), policy, store, cluster=scenario.id, notifiers=[])
+    # Its breaker is keyed apart from any live cluster's: a scenario's --guard never trips or resets that one.
+    return scenario, make_deps(backend, make_policy("playbook"), policy, store, cluster=scenario.id, notifiers=[],
+                               breaker=scenario_breaker(scenario.id))
 
 
 def _cluster_deps(cluster_file: Path, mode: Optional[str], guard_file: Optional[Path], state_dir: Path):
@@ -677,30 +679,72 @@ def incidents_show(
 
 @guard_app.command("reset")
 def guard_reset(
-    cluster: str = typer.Option(..., help="The cluster whose breaker to reset"),
+    cluster: str = typer.Option(..., help="A live cluster's cluster.yaml (its own guard decides who may), "
+                                          "or a recorded scenario's id"),
     person: str = typer.Option(..., help="Who resets it: a person its guard policy names (journaled with your OS account)"),
     state_dir: Path = typer.Option(DEFAULT_STATE_DIR),
 ) -> None:
-    """Reset a tripped blast-radius breaker (a person's decision, journaled). Who may is what the
-    policy of the incident that tripped it says (else the cluster's latest incident's policy)."""
-    from crashcart.agent.guard import ApprovalError, Guard, policy_from_dict
+    """Reset a tripped blast-radius breaker (a person's decision, journaled). A live cluster's
+    (--cluster cluster.yaml): who may is what its own guard names, never an incident's. A recorded
+    scenario's (--cluster SCENARIO_ID): what the policy of the incident that tripped it names."""
+    from crashcart.agent.guard import ApprovalError
     from crashcart.agent.interfaces.os_user import current_os_user
 
-    store = _open_store(state_dir)
-    known = store.known_clusters()
-    if cluster not in known:
-        _fail(f"unknown cluster {cluster!r} (the store knows: {', '.join(known) or 'no cluster yet'})")
-    state = store.breaker_state(cluster)
-    stored = (store.incident_policy(state.incident_id) if state.incident_id else None) or store.latest_cluster_policy(cluster)
-    if stored is None:
-        _fail(f"no incident of {cluster} stored a guard policy, so nobody is named to reset its breaker")
-    guard = Guard(policy_from_dict(stored.policy, source=f"incident {stored.incident_id}: its stored guard policy"),
-                  store, cluster)
+    path = Path(cluster).expanduser()
+    if path.is_dir():
+        _fail(f"--cluster {cluster}: is a folder; give a cluster.yaml (a live cluster) or a scenario id")
+    if path.is_file() or path.suffix in (".yaml", ".yml") or "/" in cluster:
+        if not path.is_file():
+            _fail(f"--cluster {cluster}: no such file")
+        guard, name = _live_breaker_guard(path, state_dir)
+    else:
+        guard, name = _scenario_breaker_guard(cluster, state_dir)
     try:
         state = guard.reset_breaker(person, os_user=current_os_user())
     except ApprovalError as e:
         _fail(str(e), code=1)
-    _console().print(f"breaker for {cluster}: tripped={state.tripped} (reset by {person})", highlight=False)
+    _console().print(f"breaker for {name}: tripped={state.tripped} (reset by {person})", highlight=False,
+                     markup=False, soft_wrap=True)
+
+
+def _live_breaker_guard(path: Path, state_dir: Path):
+    """A live cluster's breaker, judged by its cluster.yaml's guard (the ceiling): a scenario run
+    under its name with a wider --guard may have tripped it, and must not say who resets it."""
+    from crashcart.agent.config import ClusterConfigError, load_cluster_config
+    from crashcart.agent.guard import Guard
+
+    try:
+        config, own = load_cluster_config(path)
+    except ClusterConfigError as e:
+        _fail(str(e))
+    store = _open_store(state_dir)
+    return Guard(own, store, config.name, ceiling=own), config.name
+
+
+def _scenario_breaker_guard(name: str, state_dir: Path):
+    """A recorded scenario's breaker (keyed apart from live clusters'), judged by the policy of the
+    incident that tripped it, else the scenario's latest incident's. The name form never reaches a
+    live cluster's breaker: that one is reset with its cluster.yaml."""
+    from crashcart.agent.guard import SCENARIO_BREAKER_PREFIX, Guard, policy_from_dict, scenario_breaker
+
+    store = _open_store(state_dir)
+    name = name.removeprefix(SCENARIO_BREAKER_PREFIX)
+    key = scenario_breaker(name)
+    known = store.known_clusters()
+    if key not in known:
+        scenarios = [c.removeprefix(SCENARIO_BREAKER_PREFIX) for c in known if c.startswith(SCENARIO_BREAKER_PREFIX)]
+        if name in known:
+            _fail(f"--cluster {name}: the store's breaker of that name is a live cluster's (or from before scenario "
+                  "breakers were kept apart); reset it with --cluster path/to/its cluster.yaml, so that its own "
+                  "guard decides who may")
+        _fail(f"--cluster {name}: no cluster.yaml of that name and no recorded scenario's breaker (the store has "
+              f"scenario breakers: {', '.join(scenarios) or 'none'}); a live cluster's is reset with --cluster cluster.yaml")
+    state = store.breaker_state(key)
+    stored = (store.incident_policy(state.incident_id) if state.incident_id else None) or store.latest_cluster_policy(name)
+    if stored is None:
+        _fail(f"no incident of scenario {name} stored a guard policy, so nobody is named to reset its breaker")
+    policy = policy_from_dict(stored.policy, source=f"incident {stored.incident_id}: its stored guard policy")
+    return Guard(policy, store, name, breaker=key), f"scenario {name}"
 
 
 @guard_app.command("check")

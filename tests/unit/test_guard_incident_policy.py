@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from crashcart.agent.guard import ApprovalError, Guard, policy_from_dict, policy_sha256
+from crashcart.agent.guard import ApprovalError, Guard, policy_from_dict, policy_sha256, scenario_breaker
 from crashcart.agent.store import IncidentStore
 from crashcart.tools import ActionTarget, ToolCall
 
@@ -338,3 +338,27 @@ def test_a_narrowed_incident_runs_under_its_clusters_ceiling(store, clock):
     live = Guard(own.model_copy(update={"mode": "observe"}), store, "c1", clock, ceiling=own)
     d = ask(live)
     assert (d.decision, d.rule) == ("deny", "mode:observe")
+
+
+def test_a_live_breaker_is_reset_only_by_whom_the_clusters_own_policy_names(store, clock):
+    """The incident that tripped it ran under a wider policy (a scenario's --guard, naming mallory):
+    on the live cluster its own guard (the ceiling) says who resets, and a refusal is journaled."""
+    Guard(policy(approvers=["mallory"]), store, "c1", clock).bind(INC)
+    store.trip_breaker("c1", "three drains", T0, incident_id=INC)
+    own = policy(mode="dry_run", approvers=["alice"])
+    live = Guard(own, store, "c1", clock, ceiling=own)
+    with pytest.raises(ApprovalError, match="mallory may not reset the circuit breaker; allowed: alice"):
+        live.reset_breaker("mallory")
+    assert live.breaker_state().tripped
+    [attempt] = store.approval_attempts(INC)
+    assert (attempt.approver, attempt.outcome, attempt.policy_sha256) == ("mallory", "refused", policy_sha256(own))
+    assert live.reset_breaker("alice").reset_by == "alice"
+
+
+def test_a_scenarios_breaker_is_keyed_apart_from_the_live_cluster_of_its_name(store, clock):
+    scenario = Guard(policy(approval=[], breaker={"max_drains": 0}), store, "c1", clock,
+                     breaker=scenario_breaker("c1"))
+    assert ask(scenario).rule == "breaker:max_drains"
+    assert store.breaker_state(scenario_breaker("c1")).tripped
+    assert not store.breaker_state("c1").tripped
+    assert scenario_breaker("c1") != "c1"
