@@ -158,7 +158,7 @@ class PlaybookPolicy:
         explained = leader is not None and not leader.entry.label.symptom
         running = facts is not None and facts.state.upper() in RUNNING_STATES
         no_events = backend == "ray" and facts is not None and (explained or (running and leader is None))
-        if backend != "slurm" and not upstream and not no_events:
+        if backend != "slurm" and not upstream and not no_events and not ev.no_kubernetes:
             # Kubernetes objects (a RayJob, its pods) carry the job's name, and its id only where
             # the id could name one: Ray's `raysubmit_...` ids never do.
             # A running pod nothing points at yet has its own events read; its workload's (the
@@ -185,6 +185,8 @@ class PlaybookPolicy:
         for step in match.entry.label.investigate:
             if step.when and not CONDITIONS[step.when](ev):
                 continue
+            if ev.no_kubernetes and step.tool.startswith("kubectl_"):
+                continue  # a plain Ray cluster already said it has no Kubernetes API
             if step.scope in {"job", "job_attempts"}:
                 targets = [{"job": j} for j in jobs]
             elif step.scope == "job_nodes":
