@@ -132,6 +132,9 @@ class Evidence:
     configs: dict[str, dict[str, Any]] = field(default_factory=dict)
     calls: set[str] = field(default_factory=set)
     """Keys of the calls already made (tool + sorted args), to never repeat one."""
+    no_kubernetes: bool = False
+    """A kubectl_* tool answered that this cluster has no Kubernetes API (plain Ray, not KubeRay):
+    no further kubectl call can say anything."""
     history_rows: list[dict[str, Any]] = field(default_factory=list)
     partitions: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Slurm partitions' configured limits (partition_info), by name."""
@@ -500,11 +503,17 @@ def _time(value: Any) -> datetime | None:
     return datetime.fromisoformat(str(value).replace("Z", "+00:00"))
 
 
+# The Ray backend's answer to a kubectl_* tool on a Ray cluster that is not KubeRay (its NO_KUBERNETES).
+NO_KUBERNETES_API = re.compile(r"there is no Kubernetes API to ask")
+
+
 def build_evidence(observations: list[dict[str, Any]], trigger: dict[str, Any], now: datetime | None) -> Evidence:
     ev = Evidence(now=now, trigger=trigger)
     for obs in observations:
         tool, args, data = obs["tool"], obs.get("args") or {}, obs.get("data") or {}
         ev.calls.add(call_key(tool, args))
+        if tool.startswith("kubectl_") and NO_KUBERNETES_API.search(str(obs.get("text") or "")):
+            ev.no_kubernetes = True
         if not obs.get("ok"):
             continue
         label = f"{tool}:{args.get('job') or args.get('node') or args.get('name') or args.get('object') or 'cluster'}"

@@ -36,6 +36,9 @@ MAX_RACK_PEERS = 4
 
 # What a pod shows when the node under it stopped answering (the kubelet can no longer report it).
 LOST_POD_STATES = {"UNKNOWN", "NODELOST"}
+# What a node's loss alone calls for (node_failure: drain it and rerun elsewhere; a reclaimed spot
+# node: rerun), which a job change computed for the same loss (a cut save) rides on.
+NODE_LOSS_REMEDIES = {"exclude_node", "resubmit"}
 HEALTHY = "healthy"
 # What a Kubernetes object's name can be (RFC 1123 subdomain): a string outside it names none.
 KUBE_NAME = re.compile(r"^(?=.{1,253}$)[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
@@ -155,7 +158,7 @@ class PlaybookPolicy:
         explained = leader is not None and not leader.entry.label.symptom
         running = facts is not None and facts.state.upper() in RUNNING_STATES
         no_events = backend == "ray" and facts is not None and (explained or (running and leader is None))
-        if backend != "slurm" and not upstream and not no_events:
+        if backend != "slurm" and not upstream and not no_events and not ev.no_kubernetes:
             # Kubernetes objects (a RayJob, its pods) carry the job's name, and its id only where
             # the id could name one: Ray's `raysubmit_...` ids never do.
             # A running pod nothing points at yet has its own events read; its workload's (the
@@ -182,6 +185,8 @@ class PlaybookPolicy:
         for step in match.entry.label.investigate:
             if step.when and not CONDITIONS[step.when](ev):
                 continue
+            if ev.no_kubernetes and step.tool.startswith("kubectl_"):
+                continue  # a plain Ray cluster already said it has no Kubernetes API
             if step.scope in {"job", "job_attempts"}:
                 targets = [{"job": j} for j in jobs]
             elif step.scope == "job_nodes":
@@ -394,9 +399,30 @@ class PlaybookPolicy:
             retriable=label.retriable, evidence=evidence[:12], evidence_path=path, signals=signals, summary=summary,
             changes=changes, team=label.team, candidates=[m.name for m in candidates[1:6]], chart=chart,
         )
+        node_cause = self._node_cause(best, candidates, ev, root) if changes and remedy_kind == remedy.kind else None
+        if node_cause:
+            # The job's change composed with what the node's loss alone calls for: a dead node is
+            # drained and kept out of the rerun whatever the job was doing when it died (a save),
+            # a reclaimed one only rerun.
+            remedy = node_cause.entry.label.remedy
+            remedy_kind = remedy.kind
         actions = plan_actions(best, remedy_kind, ev, root_node, summary, evidence, state.get("backend", "slurm"), remedy,
-                               fixed_job)
+                               fixed_job, changes if node_cause else None)
         return diagnosis, actions
+
+    def _node_cause(self, best: LabelMatch, candidates: list[LabelMatch], ev: Evidence,
+                    root: str | None) -> LabelMatch | None:
+        """For a label blaming a node whose remedy is a job change (a save the node's loss cut
+        short): the highest other matching label for the same node's loss itself (node_failure,
+        spot_reclaimed), whose node actions the change then rides on."""
+        if best.entry.label.root_cause != "node" or not root or not root.startswith("node:"):
+            return None
+        for m in candidates:
+            label = m.entry.label
+            if (m is not best and label.root_cause == "node" and label.remedy.kind in NODE_LOSS_REMEDIES
+                    and self._root_cause(m, ev) == root):
+                return m
+        return None
 
     @staticmethod
     def _fixed_job(root: str | None, ev: Evidence) -> str | None:

@@ -172,15 +172,20 @@ def _is_running(ev: Evidence, job: str) -> bool:
 
 def plan_actions(match: LabelMatch | None, remedy_kind: str, ev: Evidence, root_node: str | None,
                  summary: str, evidence: list[str], backend: str = "slurm",
-                 remedy: Remedy | None = None, fixed_job: str | None = None) -> list[ToolCall]:
+                 remedy: Remedy | None = None, fixed_job: str | None = None,
+                 changes: dict[str, Any] | None = None) -> list[ToolCall]:
     """Write actions for one incident, in the order they should run. `remedy` replaces the
-    label's own when the diagnosis chose another (a storage fault scoped to one node);
-    `fixed_job` is the job a config fix goes to when it is not the first focus job (an upstream)."""
+    label's own when the diagnosis chose another (a storage fault scoped to one node, the node's
+    own loss under a computed job change); `fixed_job` is the job a config fix goes to when it is
+    not the first focus job (an upstream); `changes`, already computed, go on that job's resubmit
+    whatever the remedy's kind (a node lost mid-save: drained and excluded, resumed from the
+    newest whole checkpoint)."""
     if match is None:
         return []
     remedy = remedy or match.entry.label.remedy
     jobs = ev.focus_jobs()
     job = fixed_job or (jobs[0] if jobs else None)
+    carried = changes or {}
     why = f"crashcart: {match.name}: {summary}"[:500]
     calls: list[ToolCall] = []
 
@@ -206,7 +211,7 @@ def plan_actions(match: LabelMatch | None, remedy_kind: str, ev: Evidence, root_
         }))
 
     if remedy_kind == "resubmit" and job:
-        resubmit(job)
+        resubmit(job, carried)
         attempts = len(ev.jobs[job].attempts) if job in ev.jobs else 0
         if remedy.notify_after_attempts and attempts + 1 >= remedy.notify_after_attempts:
             owner = ev.jobs[job].user or "owner"
@@ -231,7 +236,7 @@ def plan_actions(match: LabelMatch | None, remedy_kind: str, ev: Evidence, root_
         for v in victims:
             # A job the node's failed launch left held in the queue is a victim too: it never ran.
             if ev.jobs.get(v) and (ev.jobs[v].failed or _is_running(ev, v) or _is_held(ev, v, backend)):
-                resubmit(v, exclude=[root_node])
+                resubmit(v, carried if v == job else None, exclude=[root_node])
         if remedy.page:
             escalate(remedy.escalate or match.entry.label.team or "hardware")
     elif remedy_kind in ESCALATION_TEAM:
